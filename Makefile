@@ -1,0 +1,47 @@
+# The two commands: `make run` and `make test`. Both work from a fresh clone.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PORT ?= 8501
+
+.PHONY: run test install install-test chromium bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip >/dev/null
+
+# Reinstall only when a requirements file changed (stamp files live inside .venv).
+$(VENV)/.stamp-run: requirements.txt | $(PY)
+	$(PY) -m pip install -r requirements.txt
+	touch $@
+
+$(VENV)/.stamp-test: requirements-test.txt $(VENV)/.stamp-run
+	$(PY) -m pip install -r requirements-test.txt
+	touch $@
+
+install: $(VENV)/.stamp-run
+install-test: $(VENV)/.stamp-test chromium
+
+# Debian's chromium for the browser tests: installed with apt-get when we are root and it is
+# missing. Never a Playwright browser download.
+chromium:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else \
+	    echo "chromium not found and not root: browser tests will be skipped"; \
+	  fi; \
+	fi
+
+run: install
+	$(PY) -m streamlit run app.py --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
+
+test: install-test
+	$(PY) -m pytest
+
+bench: install
+	$(PY) bench/allocator.py
+	$(PY) bench/kernel.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""The engine of PagedAttention Lab: importable without Streamlit."""

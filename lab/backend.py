@@ -1,0 +1,44 @@
+"""The compute backend, decided once: CUDA when available, else the CPU with Triton's interpreter.
+
+Import this module before anything imports `triton`: on a machine without CUDA it sets
+TRITON_INTERPRET=1, which Triton reads when it is first imported. `kernels/__init__.py`
+imports it first, so any `import kernels...` is safe.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+
+# Decided at import time, before triton can be imported by anyone else.
+_CUDA = torch.cuda.is_available() and os.environ.get("PAGED_LAB_FORCE_CPU") != "1"
+if not _CUDA:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+
+@dataclass(frozen=True)
+class Backend:
+    device: torch.device
+    name: str  # e.g. "NVIDIA H200" or "CPU"
+    triton_mode: str  # "Triton compiled" or "Triton interpreter"
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def describe(self) -> str:
+        return f"{self.name}, {self.triton_mode}"
+
+
+@cache
+def backend() -> Backend:
+    if _CUDA:
+        return Backend(torch.device("cuda"), torch.cuda.get_device_name(0), "Triton compiled")
+    return Backend(torch.device("cpu"), "CPU", "Triton interpreter")
+
+
+def device() -> torch.device:
+    return backend().device
