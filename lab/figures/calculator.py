@@ -1,0 +1,115 @@
+"""Figures for the KV-size calculator: KV memory against context, the card's memory split,
+and the effect of the KV dtype. Plotly in, go.Figure out; sizes in GiB (2**30 bytes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from lab.capacity import GIB, CapacitySheet
+from lab.kv_formula import KV_DTYPES, KVLayout, kv_layout
+
+FULL_COLOR = "#1f77b4"
+SLIDING_COLOR = "#7fbfff"
+BUDGET_COLOR = "#d62728"
+POINTS = 200
+
+
+def _base(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
+    fig.update_layout(title=title, height=height, template="plotly_white",
+                      margin=dict(l=70, r=30, t=90, b=60), font_size=14,
+                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+    return fig
+
+
+def kv_vs_context_figure(layout: KVLayout, batch: int, context: int,
+                         kv_budget_bytes: int | None = None) -> go.Figure:
+    """KV cache of the whole batch against context length; sliding-window layers stacked apart."""
+    top = max(2 * context, 2 * layout.spec.sliding_window if layout.spec.num_sliding_layers else 0)
+    fill = _context_at_budget(layout, batch, kv_budget_bytes)
+    if fill is not None and top < fill <= 64 * context:
+        top = int(fill * 1.15)  # show where the batch runs out of KV budget
+    contexts = np.unique(np.linspace(1, top, POINTS).astype(np.int64))  # [points]
+    full = np.array([layout.full_bytes(int(t)) for t in contexts]) * batch / GIB  # [points]
+    sliding = np.array([layout.sliding_bytes(int(t)) for t in contexts]) * batch / GIB
+    fig = go.Figure()
+    fig.add_scatter(x=contexts, y=full, name="full-attention layers", stackgroup="kv",
+                    line_color=FULL_COLOR)
+    if layout.spec.num_sliding_layers:
+        fig.add_scatter(x=contexts, y=sliding, name="sliding-window layers", stackgroup="kv",
+                        line_color=SLIDING_COLOR)
+    if kv_budget_bytes is not None and kv_budget_bytes > 0:
+        fig.add_hline(y=kv_budget_bytes / GIB, line_color=BUDGET_COLOR, line_dash="dash",
+                      annotation_text=f"KV budget of the card: {kv_budget_bytes / GIB:,.1f} GiB",
+                      annotation_position="top left")
+    fig.add_vline(x=context, line_color="gray", line_dash="dot",
+                  annotation_text=f"{context:,} tokens", annotation_position="bottom right")
+    if fill is not None and fill <= top:
+        fig.add_vline(x=fill, line_color=BUDGET_COLOR, line_dash="dot",
+                      annotation_text=f"budget full at {fill:,} tokens",
+                      annotation_position="bottom left")
+    fig.update_xaxes(title="context length (tokens per sequence)")
+    fig.update_yaxes(title=f"KV cache for batch {batch:,} (GiB)", rangemode="tozero")
+    return _base(fig, "KV memory against context length")
+
+
+def _context_at_budget(layout: KVLayout, batch: int, kv_budget_bytes: int | None) -> int | None:
+    """Largest context whose batch KV fits the budget (None: no budget, or it never fills)."""
+    if not kv_budget_bytes or kv_budget_bytes <= 0:
+        return None
+    tokens = kv_budget_bytes // (batch * layout.bytes_per_token_layer)  # layer-tokens
+    full, sliding = layout.num_full_layers, layout.spec.num_sliding_layers
+    window = layout.spec.sliding_window
+    if sliding and tokens > layout.spec.num_layers * window:  # past the window, full layers grow
+        if not full:
+            return None
+        return int((tokens - sliding * window) // full)
+    return int(tokens // layout.spec.num_layers)
+
+
+def memory_split_figure(sheet: CapacitySheet, batch_kv_bytes: int) -> go.Figure:
+    """One bar for the card: weights, reserve, the batch's KV, free KV blocks, unused memory."""
+    budget = max(sheet.kv_budget_bytes, 0)
+    used = min(batch_kv_bytes, budget)
+    parts = [
+        ("weights (this GPU's shard)", sheet.weight_bytes, "#ff7f0e"),
+        ("activations / runtime reserve", sheet.reserve_bytes, "#9467bd"),
+        ("KV cache of the batch", used, FULL_COLOR),
+        ("KV pool still free", budget - used, "#aec7e8"),
+        ("kept free (1 - gpu_memory_utilization)", sheet.gpu_bytes - sheet.usable_bytes, "#c7c7c7"),
+    ]
+    if batch_kv_bytes > budget:
+        parts.append(("KV that does not fit", batch_kv_bytes - budget, BUDGET_COLOR))
+    fig = go.Figure()
+    for name, size, color in parts:
+        wide = size >= 0.06 * sheet.gpu_bytes  # label only segments wide enough to read
+        fig.add_bar(y=["card"], x=[size / GIB], name=name, orientation="h", marker_color=color,
+                    text=f"{size / GIB:,.1f}" if wide else "", textposition="inside",
+                    insidetextanchor="middle", textangle=0,
+                    hovertemplate=f"{name}: %{{x:,.2f}} GiB<extra></extra>")
+    fig.add_vline(x=sheet.gpu_bytes / GIB, line_color="black")
+    fig.add_annotation(x=sheet.gpu_bytes / GIB, y=1.0, yref="paper", yanchor="bottom",
+                       xanchor="right", showarrow=False,
+                       text=f"card: {sheet.gpu_bytes / GIB:,.1f} GiB")
+    fig.update_layout(barmode="stack", showlegend=True, legend_traceorder="normal")
+    fig.update_xaxes(title="GiB")
+    fig.update_yaxes(visible=False)
+    fig = _base(fig, "Weights against KV cache on one GPU", height=300)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.35, x=0),
+                      margin=dict(l=30, r=30, t=60, b=110))
+    return fig
+
+
+def kv_dtype_figure(layout: KVLayout, context: int, batch: int) -> go.Figure:
+    """The batch's KV cache in every KV dtype (scales included), the chosen one highlighted."""
+    names, sizes, colors = [], [], []
+    for dtype in KV_DTYPES.values():
+        other = kv_layout(layout.spec, dtype, layout.tp)
+        names.append(dtype.label)
+        sizes.append(other.sequence_bytes(context) * batch / GIB)
+        colors.append(FULL_COLOR if dtype.key == layout.dtype.key else "#aec7e8")
+    fig = go.Figure(go.Bar(x=names, y=sizes, marker_color=colors,
+                           text=[f"{s:,.2f} GiB" for s in sizes], textposition="outside",
+                           cliponaxis=False))
+    fig.update_yaxes(title=f"KV cache, {batch:,} x {context:,} tokens (GiB)", rangemode="tozero")
+    return _base(fig, "Effect of the KV dtype")
