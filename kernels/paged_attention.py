@@ -1,0 +1,327 @@
+"""Paged attention: a Triton kernel that reads K/V block by block through the block table.
+
+One program handles one sequence, one KV head and a tile of that sequence's new tokens. Its
+rows are (new token, query head of the KV group) pairs, so all query heads that share a KV head
+are served by one pass over the cache. It walks the sequence's context a tile of positions at a
+time: each position's logical block (pos // block_size) is looked up in the block table to find
+the physical block, and K/V are loaded from there. An online softmax in float32 (running max,
+running sum, rescaled accumulator) combines the tiles. Causal: the i-th of a sequence's q new
+tokens sits at position seq_len - q + i and sees positions up to its own.
+
+On a GPU, when there are too few (sequence, KV head, tile) programs to fill the SMs and the
+contexts are long, each tile's context is split across several programs (flash-decoding); a
+second small kernel merges their partial softmax states.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+
+import lab.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
+import triton
+import triton.language as tl
+from lab.backend import backend
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+LOG2E = 1.4426950408889634
+NEG_BIG = tl.constexpr(-1.0e30)  # running-max start: finite, so masked rows never give NaN
+
+
+@triton.jit
+def _paged_attention_kernel(
+    out_ptr, query_ptr, key_cache_ptr, value_cache_ptr,
+    block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
+    qk_scale,  # softmax scale * log2(e): the kernel works in base 2
+    stride_qt, stride_qh, stride_ot, stride_oh,
+    stride_cb, stride_cs, stride_ch, stride_bt,
+    block_size, head_dim,
+    partial_out_ptr, partial_m_ptr, partial_l_ptr, num_tokens, num_heads,  # used if NUM_SPLITS > 1
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_Q: tl.constexpr,
+    HEAD_PAD: tl.constexpr, TILE_N: tl.constexpr, PRECISION: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, DOT_F32: tl.constexpr,  # float32 dots (interpreter with bf16)
+):
+    seq = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    first_q = (tl.program_id(2) // NUM_SPLITS) * BLOCK_Q
+    split = tl.program_id(2) % NUM_SPLITS
+    # Index arithmetic in int64: large caches overflow int32 offsets (and the interpreter skips
+    # its per-op int32 overflow checks).
+    q_start = tl.load(query_start_loc_ptr + seq).to(tl.int64)
+    q_len = tl.load(query_start_loc_ptr + seq + 1).to(tl.int64) - q_start
+    if first_q >= q_len:
+        return
+    context_len = tl.load(seq_lens_ptr + seq).to(tl.int64) - q_len  # positions before the new ones
+
+    rows = tl.arange(0, BLOCK_Q * GROUP_PAD).to(tl.int64)
+    q_idx = first_q + rows // GROUP_PAD  # [M] index among this sequence's new tokens
+    head = kv_head * GROUP + rows % GROUP_PAD  # [M] query head
+    row_ok = (q_idx < q_len) & (rows % GROUP_PAD < GROUP)
+    dims = tl.arange(0, HEAD_PAD).to(tl.int64)
+    dim_ok = dims < head_dim
+    q_offs = (q_start + q_idx)[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :]
+    q = tl.load(query_ptr + q_offs, mask=row_ok[:, None] & dim_ok[None, :], other=0.0)  # [M, D]
+    if DOT_F32:
+        q = q.to(tl.float32)
+    q_pos = context_len + q_idx  # [M] position of each row's token
+
+    m_i = tl.full([BLOCK_Q * GROUP_PAD], NEG_BIG, tl.float32)  # running max (base 2)
+    l_i = tl.zeros([BLOCK_Q * GROUP_PAD], tl.float32)  # running sum
+    acc = tl.zeros([BLOCK_Q * GROUP_PAD, HEAD_PAD], tl.float32)  # [M, D]
+    kv_end = context_len + tl.minimum(first_q + BLOCK_Q, q_len)  # keys this tile needs
+    # With several splits, each covers its own whole-tile share of [0, kv_end) (maybe none).
+    chunk = tl.cdiv(tl.cdiv(kv_end, NUM_SPLITS), TILE_N) * TILE_N
+    kv_lo = split * chunk
+    table_row = block_tables_ptr + seq * stride_bt
+    k_base = key_cache_ptr + kv_head * stride_ch + dims[None, :]  # [1, D]
+    v_base = value_cache_ptr + kv_head * stride_ch + dims[None, :]  # [1, D]
+    tile = tl.arange(0, TILE_N).to(tl.int64)
+    for start in range(kv_lo, tl.minimum(kv_lo + chunk, kv_end), TILE_N):
+        pos = start + tile  # [N] logical positions
+        # Positions past kv_end are clamped onto the last needed one (so every read stays inside
+        # the block table and the cache) and then masked out by the causal test below.
+        kept = tl.minimum(pos, kv_end - 1)
+        physical = tl.load(table_row + kept // block_size).to(tl.int64)  # [N] physical blocks
+        slot_offs = (physical * stride_cb + (kept % block_size) * stride_cs)[:, None]  # [N, 1]
+        k = tl.load(k_base + slot_offs, mask=dim_ok[None, :], other=0.0)  # [N, D]
+        if DOT_F32:
+            k = k.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [M, N]
+        s = tl.where(pos[None, :] <= q_pos[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)  # rescales what was summed under the old max
+        p = tl.exp2(s - m_new[:, None])  # [M, N]
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + slot_offs, mask=dim_ok[None, :], other=0.0)  # [N, D]
+        if DOT_F32:
+            v = v.to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+
+    if NUM_SPLITS == 1:
+        out = acc / tl.where(row_ok, l_i, 1.0)[:, None]  # [M, D]
+        o_offs = (q_start + q_idx)[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :]
+        tl.store(out_ptr + o_offs, out.to(out_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & dim_ok[None, :])
+    else:  # keep this split's unnormalised state; _merge_splits_kernel combines the splits
+        part = (split * num_tokens + q_start + q_idx) * num_heads + head  # [M]
+        tl.store(partial_m_ptr + part, m_i, mask=row_ok)
+        tl.store(partial_l_ptr + part, l_i, mask=row_ok)
+        tl.store(partial_out_ptr + part[:, None] * head_dim + dims[None, :], acc,
+                 mask=row_ok[:, None] & dim_ok[None, :])
+
+
+@triton.jit
+def _merge_splits_kernel(out_ptr, partial_out_ptr, partial_m_ptr, partial_l_ptr,
+                         stride_ot, stride_oh, num_tokens, num_heads, head_dim,
+                         NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+                         HEAD_PAD: tl.constexpr):
+    # One program per (token, head): rescale each split's sum and output to the global max.
+    token = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    splits = tl.arange(0, SPLITS_PAD)
+    split_ok = splits < NUM_SPLITS
+    part = (splits * num_tokens + token) * num_heads + head  # [S]
+    m = tl.load(partial_m_ptr + part, mask=split_ok, other=NEG_BIG)
+    weight = tl.exp2(m - tl.max(m, 0))  # [S]; 0 for splits that saw no key
+    total = tl.sum(tl.load(partial_l_ptr + part, mask=split_ok, other=0.0) * weight, 0)
+    dims = tl.arange(0, HEAD_PAD)
+    dim_ok = dims < head_dim
+    acc = tl.load(partial_out_ptr + part[:, None] * head_dim + dims[None, :],
+                  mask=split_ok[:, None] & dim_ok[None, :], other=0.0)  # [S, D]
+    out = tl.sum(acc * weight[:, None], 0) / total  # [D]
+    tl.store(out_ptr + token * stride_ot + head * stride_oh + dims,
+             out.to(out_ptr.dtype.element_ty), mask=dim_ok)
+
+
+@dataclass(frozen=True)
+class AttentionShapes:
+    """What the checks learned about a paged-attention call; enough to launch it."""
+
+    num_tokens: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    num_seqs: int
+    block_size: int
+    max_query_len: int
+    max_seq_len: int
+    scale: float
+
+
+def _fail(name: str, message: str) -> ValueError:
+    return ValueError(f"{name}: {message}")
+
+
+def _check_tensor(name: str, t: object, ndim: int, dtypes: tuple[torch.dtype, ...]) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise _fail(name, f"expected a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != ndim:
+        raise _fail(name, f"expected {ndim} dimensions, got shape {tuple(t.shape)}")
+    if t.dtype not in dtypes:
+        raise _fail(name, f"dtype must be one of {[str(d) for d in dtypes]}, got {t.dtype}")
+    if t.numel() and t.stride(-1) != 1:
+        raise _fail(name, "last dimension must be contiguous (stride 1)")
+
+
+def check_paged_inputs(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                       block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                       query_start_loc: torch.Tensor, scale: float | None = None
+                       ) -> AttentionShapes:
+    """Validate a paged-attention call; raise ValueError naming the bad argument."""
+    _check_tensor("query", query, 3, FLOAT_DTYPES)
+    for name, t in (("key_cache", key_cache), ("value_cache", value_cache)):
+        _check_tensor(name, t, 4, FLOAT_DTYPES)
+        if t.dtype != query.dtype:
+            raise _fail(name, f"dtype {t.dtype} differs from query dtype {query.dtype}")
+    _check_tensor("block_tables", block_tables, 2, (torch.int32,))
+    _check_tensor("seq_lens", seq_lens, 1, (torch.int32,))
+    _check_tensor("query_start_loc", query_start_loc, 1, (torch.int32,))
+    named = {"key_cache": key_cache, "value_cache": value_cache, "block_tables": block_tables,
+             "seq_lens": seq_lens, "query_start_loc": query_start_loc}
+    for name, t in named.items():
+        if t.device != query.device:
+            raise _fail(name, f"is on {t.device} but query is on {query.device}")
+    if backend().is_cuda and query.device.type != "cuda":
+        raise _fail("query", f"the compiled Triton backend needs CUDA tensors, got {query.device}")
+
+    num_tokens, num_heads, head_dim = query.shape
+    num_blocks, block_size, num_kv_heads, cache_head_dim = key_cache.shape
+    if value_cache.shape != key_cache.shape or value_cache.stride() != key_cache.stride():
+        raise _fail("value_cache", f"shape/strides {tuple(value_cache.shape)}/"
+                    f"{value_cache.stride()} differ from key_cache {tuple(key_cache.shape)}/"
+                    f"{key_cache.stride()}")
+    if min(num_blocks, block_size, num_kv_heads, cache_head_dim) < 1:
+        raise _fail("key_cache", f"every dimension must be >= 1, got {tuple(key_cache.shape)}")
+    if cache_head_dim != head_dim:
+        raise _fail("key_cache", f"head_dim {cache_head_dim} differs from query's {head_dim}")
+    if num_heads < 1 or num_heads % num_kv_heads:
+        raise _fail("query", f"num_heads {num_heads} is not a multiple of num_kv_heads "
+                    f"{num_kv_heads}")
+    num_seqs = seq_lens.shape[0]
+    if block_tables.shape[0] != num_seqs:
+        raise _fail("block_tables", f"has {block_tables.shape[0]} rows for {num_seqs} sequences")
+    if query_start_loc.shape[0] != num_seqs + 1:
+        raise _fail("query_start_loc", f"needs {num_seqs + 1} entries, got "
+                    f"{query_start_loc.shape[0]}")
+
+    starts = query_start_loc.tolist()
+    query_lens = [b - a for a, b in zip(starts, starts[1:])]
+    if starts[0] != 0 or starts[-1] != num_tokens or min(query_lens, default=0) < 0:
+        raise _fail("query_start_loc", f"must rise from 0 to num_tokens={num_tokens}, got "
+                    f"{starts}")
+    lens = seq_lens.tolist()
+    short = [i for i, (s, q) in enumerate(zip(lens, query_lens)) if s < q]
+    if short:
+        i = short[0]
+        raise _fail("seq_lens", f"sequence {i} has seq_len {lens[i]} < its {query_lens[i]} "
+                    "new tokens")
+    blocks_needed = [-(-s // block_size) for s in lens]
+    if max(blocks_needed, default=0) > block_tables.shape[1]:
+        raise _fail("block_tables", f"width {block_tables.shape[1]} < {max(blocks_needed)} "
+                    f"blocks needed for seq_len {max(lens)}")
+    if num_seqs and block_tables.shape[1]:
+        used = (torch.arange(block_tables.shape[1], device=block_tables.device)[None, :]
+                < torch.tensor(blocks_needed, device=block_tables.device)[:, None])
+        if bool((used & ((block_tables < 0) | (block_tables >= num_blocks))).any()):
+            raise _fail("block_tables", f"a used entry is outside [0, {num_blocks})")
+    if scale is None:
+        scale = head_dim ** -0.5
+    elif not isinstance(scale, (int, float)) or not (0 < abs(float(scale)) < float("inf")):
+        raise _fail("scale", f"must be a finite non-zero number, got {scale!r}")
+    return AttentionShapes(num_tokens, num_heads, num_kv_heads, head_dim, num_seqs, block_size,
+                           max(query_lens, default=0), max(lens, default=0), float(scale))
+
+
+@cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def choose_num_splits(shapes: AttentionShapes, programs: int, device: torch.device) -> int:
+    """Split long contexts across programs when (sequence, KV head, tile) leaves SMs idle.
+
+    Only for compiled kernels: in the interpreter more programs only cost more Python time.
+    """
+    if device.type != "cuda":
+        return 1
+    sms = _sm_count(device)
+    if programs >= sms:
+        return 1
+    return max(1, min(triton.cdiv(2 * sms, programs), shapes.max_seq_len // 512, 16))
+
+
+def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cache: torch.Tensor,
+                           value_cache: torch.Tensor, block_tables: torch.Tensor,
+                           seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
+                           num_splits: int | None = None) -> torch.Tensor:
+    """Launch the kernel on inputs `check_paged_inputs` accepted (benchmarks time this alone).
+
+    num_splits: how many programs share one tile's context (flash-decoding); None chooses.
+    """
+    out = torch.empty_like(query)  # [num_tokens, num_heads, head_dim]
+    if shapes.max_query_len == 0:
+        return out
+    group = shapes.num_heads // shapes.num_kv_heads
+    group_pad = triton.next_power_of_2(group)
+    head_pad = max(16, triton.next_power_of_2(shapes.head_dim))
+    # Tile sizes: on a GPU, 16..64 rows of (token, head) and 32..64 positions per step (smaller
+    # for wide rows, to stay within shared memory); in the interpreter every program and every
+    # op costs Python time, so fewer, larger tiles.
+    if query.is_cuda:
+        max_rows = tile_n = 64 if head_pad * query.element_size() <= 256 else 32
+    else:
+        max_rows, tile_n = 128, 256
+    min_q = max(1, 16 // group_pad)  # tl.dot needs at least 16 rows
+    block_q = max(min_q, min(max(1, max_rows // group_pad),
+                             triton.next_power_of_2(shapes.max_query_len)))
+    q_tiles = triton.cdiv(shapes.max_query_len, block_q)
+    # Triton's interpreter keeps bfloat16 as raw 16-bit integers and cannot multiply them.
+    dot_f32 = not query.is_cuda and query.dtype == torch.bfloat16
+    if num_splits is None:
+        num_splits = choose_num_splits(shapes, shapes.num_seqs * shapes.num_kv_heads * q_tiles,
+                                       query.device)
+    partial_shape = (num_splits, shapes.num_tokens, shapes.num_heads)
+    partial_m = torch.empty(partial_shape if num_splits > 1 else (1,), dtype=torch.float32,
+                            device=query.device)  # [num_splits, num_tokens, num_heads]
+    partial_l = torch.empty_like(partial_m)
+    partial_out = torch.empty((*partial_shape, shapes.head_dim) if num_splits > 1 else (1,),
+                              dtype=torch.float32, device=query.device)
+    grid = (shapes.num_seqs, shapes.num_kv_heads, q_tiles * num_splits)
+    _paged_attention_kernel[grid](
+        out, query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
+        shapes.scale * LOG2E,
+        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
+        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), block_tables.stride(0),
+        shapes.block_size, shapes.head_dim,
+        partial_out, partial_m, partial_l, shapes.num_tokens, shapes.num_heads,
+        GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, HEAD_PAD=head_pad, TILE_N=tile_n,
+        PRECISION="ieee" if query.dtype == torch.float32 or dot_f32 else "tf32",
+        NUM_SPLITS=num_splits, DOT_F32=dot_f32,
+    )
+    if num_splits > 1:
+        _merge_splits_kernel[(shapes.num_tokens, shapes.num_heads)](
+            out, partial_out, partial_m, partial_l, out.stride(0), out.stride(1),
+            shapes.num_tokens, shapes.num_heads, shapes.head_dim,
+            NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits),
+            HEAD_PAD=head_pad,
+        )
+    return out
+
+
+def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                    block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                    query_start_loc: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """Causal attention of the new tokens over their sequences' paged K/V.
+
+    query [num_tokens, num_heads, head_dim]; key_cache, value_cache
+    [num_blocks, block_size, num_kv_heads, head_dim]; block_tables int32 [num_seqs, max_blocks];
+    seq_lens int32 [num_seqs] (context including the new tokens); query_start_loc int32
+    [num_seqs + 1]. Returns [num_tokens, num_heads, head_dim] in query's dtype.
+    """
+    shapes = check_paged_inputs(query, key_cache, value_cache, block_tables, seq_lens,
+                                query_start_loc, scale)
+    return launch_paged_attention(shapes, query, key_cache, value_cache, block_tables, seq_lens,
+                                  query_start_loc)

@@ -1,0 +1,93 @@
+"""The dense reference: gather K/V through the block tables, then plain causal attention.
+
+This is the ground truth the Triton kernel is checked against. It computes in float64 with
+ordinary torch ops, one sequence at a time, and shares nothing with the kernel but the input
+checks. `online_softmax_steps` replays the kernel's per-block softmax bookkeeping for one head,
+so a page can show how the running max and running sum evolve block by block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels.paged_attention import check_paged_inputs
+
+
+def gather_kv(cache: torch.Tensor, block_table_row: torch.Tensor | list[int],
+              length: int) -> torch.Tensor:
+    """Read `length` positions of one sequence through its block table.
+
+    cache [num_blocks, block_size, num_kv_heads, head_dim] -> [length, num_kv_heads, head_dim].
+    """
+    block_size = cache.shape[1]
+    table = torch.as_tensor(block_table_row, dtype=torch.int64, device=cache.device)  # [width]
+    if length < 0 or -(-length // block_size) > table.shape[0]:
+        raise ValueError(f"length: {length} positions need more than the "
+                         f"{table.shape[0]} blocks in block_table_row")
+    pos = torch.arange(length, device=cache.device)  # [length]
+    physical = table[pos // block_size]  # [length]
+    if length and (physical.min() < 0 or physical.max() >= cache.shape[0]):
+        raise ValueError(f"block_table_row: a used entry is outside [0, {cache.shape[0]})")
+    return cache[physical, pos % block_size]  # [length, num_kv_heads, head_dim]
+
+
+def dense_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                    block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                    query_start_loc: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """Same contract as `paged_attention`, computed densely in float64; returns query's dtype."""
+    shapes = check_paged_inputs(query, key_cache, value_cache, block_tables, seq_lens,
+                                query_start_loc, scale)
+    group = shapes.num_heads // shapes.num_kv_heads
+    out = torch.empty_like(query)  # [num_tokens, num_heads, head_dim]
+    starts = query_start_loc.tolist()
+    for seq, seq_len in enumerate(seq_lens.tolist()):
+        q = query[starts[seq]:starts[seq + 1]].double()  # [q_len, num_heads, head_dim]
+        q_len = q.shape[0]
+        if q_len == 0:
+            continue
+        k = gather_kv(key_cache, block_tables[seq], seq_len).double()  # [seq_len, kv_heads, d]
+        v = gather_kv(value_cache, block_tables[seq], seq_len).double()
+        k = k.repeat_interleave(group, dim=1)  # [seq_len, num_heads, head_dim]
+        v = v.repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", q, k) * shapes.scale  # [num_heads, q_len, seq_len]
+        q_pos = torch.arange(seq_len - q_len, seq_len, device=q.device)  # [q_len]
+        future = torch.arange(seq_len, device=q.device)[None, :] > q_pos[:, None]
+        scores = scores.masked_fill(future, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)  # [num_heads, q_len, seq_len]
+        out[starts[seq]:starts[seq + 1]] = torch.einsum("hqk,khd->qhd", probs, v).to(query.dtype)
+    return out
+
+
+@dataclass(frozen=True)
+class SoftmaxStep:
+    """The online-softmax state after one block: running max, running sum, output so far."""
+
+    block: int  # logical block index
+    running_max: float
+    running_sum: float
+    output: torch.Tensor  # [head_dim] acc / running_sum after this block
+
+
+def online_softmax_steps(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                         block_size: int, scale: float | None = None) -> list[SoftmaxStep]:
+    """One query head over one sequence's K/V, block by block, as the kernel combines them.
+
+    query [head_dim]; keys, values [length, head_dim]. The last step's output equals
+    softmax(query . keys * scale) @ values.
+    """
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    running_max, running_sum = float("-inf"), 0.0
+    acc = torch.zeros(values.shape[-1], dtype=torch.float64)  # [head_dim]
+    steps = []
+    for block, start in enumerate(range(0, keys.shape[0], block_size)):
+        s = keys[start:start + block_size].double() @ query.double() * scale  # [block_size]
+        new_max = max(running_max, s.max().item())
+        alpha = torch.exp(torch.tensor(running_max - new_max)).item()
+        p = torch.exp(s - new_max)  # [block_size]
+        running_sum = running_sum * alpha + p.sum().item()
+        acc = acc * alpha + p @ values[start:start + block_size].double()
+        running_max = new_max
+        steps.append(SoftmaxStep(block, running_max, running_sum, acc / running_sum))
+    return steps

@@ -1,0 +1,68 @@
+"""The compiled kernels on a CUDA device: half precision against the float64 reference.
+
+Skipped cleanly on machines without CUDA (the CPU tests cover float32 in the interpreter).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.cache_ops import copy_blocks, write_kv
+from kernels.paged_attention import paged_attention
+from kernels.reference import dense_attention
+from tests.test_paged_attention import CASES, Case, make_inputs
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+HALF_DTYPES = [torch.bfloat16, torch.float16]
+GPU_CASES = CASES + [
+    Case("decode_batch_32x8_d128", 32, 8, 128, 16, tuple((1, 100 + 37 * i) for i in range(24))),
+    Case("long_prefill_d128", 32, 8, 128, 16, ((700, 1500), (1, 2049), (64, 64))),
+    Case("few_long_contexts_split", 32, 8, 128, 16, ((1, 5000), (1, 3001))),  # flash-decoding
+]
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.name)
+def test_kernel_matches_dense_reference_half(case: Case, dtype: torch.dtype) -> None:
+    inputs = make_inputs(case, dtype, "cuda", seed=GPU_CASES.index(case))
+    out = paged_attention(**inputs)
+    ref = dense_attention(**inputs)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), ref.float(), atol=1.5e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("case", CASES[:4], ids=lambda c: c.name)
+def test_kernel_matches_dense_reference_float32(case: Case) -> None:
+    inputs = make_inputs(case, torch.float32, "cuda", seed=CASES.index(case))
+    out = paged_attention(**inputs)
+    ref = dense_attention(**inputs)
+    assert ((out.double() - ref.double()).abs().max() / ref.double().abs().max()).item() < 1e-5
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
+def test_cache_ops_round_trip(dtype: torch.dtype) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    shape = (32, 16, 8, 128)  # [num_blocks, block_size, num_kv_heads, head_dim]
+    key_cache = torch.randn(shape, generator=gen, device="cuda").to(dtype)
+    value_cache = torch.randn(shape, generator=gen, device="cuda").to(dtype)
+    before_k, before_v = key_cache.clone(), value_cache.clone()
+    n = 300
+    slots = torch.randperm(32 * 16, generator=gen, device="cuda")[:n]
+    key = torch.randn(n, 8, 128, generator=gen, device="cuda").to(dtype)
+    write_kv(key_cache, value_cache, key, -key, slots)
+    assert torch.equal(key_cache.view(-1, 8, 128)[slots], key)
+    assert torch.equal(value_cache.view(-1, 8, 128)[slots], -key)
+
+    copy_blocks(key_cache, value_cache, torch.tensor([[0, 31], [5, 6]], device="cuda"))
+    assert torch.equal(key_cache[31], key_cache[0]) and torch.equal(value_cache[6], value_cache[5])
+    untouched = torch.ones(32 * 16, dtype=torch.bool, device="cuda")
+    untouched[slots] = False
+    untouched.view(32, 16)[[31, 6]] = False
+    assert torch.equal(key_cache.view(-1, 8, 128)[untouched], before_k.view(-1, 8, 128)[untouched])
+    assert torch.equal(value_cache.view(-1, 8, 128)[untouched],
+                       before_v.view(-1, 8, 128)[untouched])

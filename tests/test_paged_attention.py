@@ -1,0 +1,204 @@
+"""The Triton paged-attention kernel against the dense float64 reference (CPU: interpreter).
+
+Every case builds fresh random K/V in a NaN-filled cache (any read of a slot that is not part of
+a sequence turns the output into NaN), behind a block table of shuffled physical ids whose
+unused entries point outside the cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from kernels.paged_attention import check_paged_inputs, launch_paged_attention, paged_attention
+from kernels.reference import dense_attention, gather_kv, online_softmax_steps
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    block_size: int
+    seqs: tuple[tuple[int, int], ...]  # (new tokens, seq_len) per sequence
+
+
+CASES = [
+    Case("decode_edges_gqa1", 2, 2, 64, 16, ((1, 1), (1, 15), (1, 16), (1, 17))),
+    Case("prefill_gqa4_d80", 8, 2, 80, 16, ((15, 15), (16, 16), (17, 17))),
+    Case("mixed_gqa5_d128", 10, 2, 128, 16, ((5, 40), (1, 33), (9, 9))),
+    Case("mqa_d96_bs128", 4, 1, 96, 128, ((1, 127), (1, 128), (3, 129), (1, 1))),
+    Case("bs1_mixed", 4, 2, 64, 1, ((1, 1), (4, 20), (1, 50))),
+    Case("bs24_gqa2", 6, 3, 64, 24, ((2, 25), (1, 24), (1, 23))),
+    Case("empty_query_seq", 4, 2, 64, 16, ((1, 10), (0, 5), (2, 30))),
+    Case("long_decode_d128", 8, 2, 128, 16, ((1, 300), (1, 457), (1, 17))),
+    Case("long_chunked_prefill", 4, 4, 64, 32, ((260, 300), (1, 350))),
+]
+
+
+def make_inputs(case: Case, dtype: torch.dtype, device: str | torch.device,
+                seed: int) -> dict[str, torch.Tensor]:
+    """Random query, NaN-filled caches holding random K/V for each sequence, shuffled tables."""
+    gen = torch.Generator().manual_seed(seed)
+    bs, kvh, d = case.block_size, case.num_kv_heads, case.head_dim
+    needed = [-(-seq_len // bs) for _, seq_len in case.seqs]
+    num_blocks = sum(needed) + 3  # a few spare blocks nobody owns
+    physical = torch.randperm(num_blocks, generator=gen)  # shuffled physical ids
+    width = max(needed) + 2
+    block_tables = torch.full((len(case.seqs), width), num_blocks + 7, dtype=torch.int32)
+    key_cache = torch.full((num_blocks, bs, kvh, d), float("nan"))
+    value_cache = torch.full((num_blocks, bs, kvh, d), float("nan"))
+    used = 0
+    for row, ((_, seq_len), n) in enumerate(zip(case.seqs, needed)):
+        block_tables[row, :n] = physical[used:used + n]
+        used += n
+        pos = torch.arange(seq_len)
+        blocks, offsets = block_tables[row, pos // bs].long(), pos % bs
+        key_cache[blocks, offsets] = torch.randn(seq_len, kvh, d, generator=gen)
+        value_cache[blocks, offsets] = torch.randn(seq_len, kvh, d, generator=gen)
+    q_lens = torch.tensor([q for q, _ in case.seqs])
+    query_start_loc = torch.cat([torch.zeros(1, dtype=torch.int64), q_lens.cumsum(0)])
+    query = torch.randn(int(q_lens.sum()), case.num_heads, d, generator=gen)
+    tensors = {
+        "query": query.to(dtype),  # [num_tokens, num_heads, head_dim]
+        "key_cache": key_cache.to(dtype),  # [num_blocks, block_size, num_kv_heads, head_dim]
+        "value_cache": value_cache.to(dtype),
+        "block_tables": block_tables,  # [num_seqs, width]
+        "seq_lens": torch.tensor([s for _, s in case.seqs], dtype=torch.int32),
+        "query_start_loc": query_start_loc.to(torch.int32),  # [num_seqs + 1]
+    }
+    return {name: t.to(device) for name, t in tensors.items()}
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.double() - ref.double()).abs().max() / ref.double().abs().max()).item()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_kernel_matches_dense_reference_float32(case: Case) -> None:
+    inputs = make_inputs(case, torch.float32, "cpu", seed=CASES.index(case))
+    out = paged_attention(**inputs)
+    ref = dense_attention(**inputs)
+    assert out.shape == inputs["query"].shape and out.dtype == torch.float32
+    assert torch.isfinite(out).all()
+    assert relative_error(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", [CASES[2], CASES[4]], ids=lambda c: c.name)
+def test_half_precision_in_the_interpreter(case: Case, dtype: torch.dtype) -> None:
+    """The pool may hold fp16/bf16 on the CPU too (bf16 dots run in float32 there)."""
+    inputs = make_inputs(case, dtype, "cpu", seed=30)
+    out = paged_attention(**inputs)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), dense_attention(**inputs).float(),
+                               atol=1.5e-2, rtol=1e-2)
+
+
+SPLIT_CASES = [CASES[7], Case("split_chunked_gqa2", 4, 2, 64, 16, ((6, 300), (1, 200), (2, 2)))]
+
+
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=lambda c: c.name)
+def test_context_split_across_programs_matches(case: Case) -> None:
+    """The flash-decoding path (a GPU takes it for long contexts) forced on: 2 and 5 splits,
+    so some splits of short sequences see no key at all."""
+    inputs = make_inputs(case, torch.float32, "cpu", seed=20)
+    shapes = check_paged_inputs(**inputs)
+    ref = dense_attention(**inputs)
+    for num_splits in (2, 5):
+        out = launch_paged_attention(shapes, **inputs, num_splits=num_splits)
+        assert relative_error(out, ref) < 1e-5
+
+
+def test_custom_scale_and_strided_query() -> None:
+    inputs = make_inputs(CASES[2], torch.float32, "cpu", seed=7)
+    wide = torch.randn(inputs["query"].shape[0], 2 * CASES[2].num_heads, CASES[2].head_dim,
+                       generator=torch.Generator().manual_seed(8))
+    inputs["query"] = wide[:, 1::2]  # a strided view: every other head
+    out = paged_attention(**inputs, scale=0.3)
+    ref = dense_attention(**inputs, scale=0.3)
+    assert relative_error(out, ref) < 1e-5
+    contiguous = {**inputs, "query": inputs["query"].contiguous()}
+    assert torch.equal(out, paged_attention(**contiguous, scale=0.3))
+    assert relative_error(out, dense_attention(**inputs)) > 1e-3  # the scale did matter
+
+
+def test_output_depends_on_block_table_mapping() -> None:
+    """Swapping two table entries changes causal attention: the kernel reads through the table."""
+    case = Case("swap", 2, 2, 64, 4, ((4, 12),))  # new tokens at 8..11 see part of block 2
+    inputs = make_inputs(case, torch.float32, "cpu", seed=3)
+    out = paged_attention(**inputs)
+    swapped = inputs["block_tables"].clone()
+    swapped[0, [0, 2]] = swapped[0, [2, 0]]
+    out_swapped = paged_attention(**{**inputs, "block_tables": swapped})
+    ref_swapped = dense_attention(**{**inputs, "block_tables": swapped})
+    assert relative_error(out_swapped, ref_swapped) < 1e-5
+    assert not torch.allclose(out, out_swapped)
+
+
+def test_gather_kv_follows_the_block_table() -> None:
+    cache = torch.randn(6, 4, 2, 8, generator=torch.Generator().manual_seed(0))
+    table = torch.tensor([5, 0, 3], dtype=torch.int32)
+    got = gather_kv(cache, table, 10)  # [10, 2, 8]
+    expected = torch.cat([cache[5], cache[0], cache[3, :2]])
+    assert torch.equal(got, expected)
+    with pytest.raises(ValueError, match="^length"):
+        gather_kv(cache, table, 13)
+
+
+def test_online_softmax_steps_end_at_softmax() -> None:
+    gen = torch.Generator().manual_seed(4)
+    query, keys, values = (torch.randn(16, generator=gen), torch.randn(37, 16, generator=gen),
+                           torch.randn(37, 16, generator=gen))
+    steps = online_softmax_steps(query, keys, values, block_size=8)
+    assert [s.block for s in steps] == [0, 1, 2, 3, 4]
+    maxima = [s.running_max for s in steps]
+    assert maxima == sorted(maxima)  # the running max never decreases
+    scores = keys.double() @ query.double() / 4.0  # scale = 16 ** -0.5
+    assert steps[-1].running_max == pytest.approx(scores.max().item())
+    assert steps[-1].running_sum == pytest.approx(torch.exp(scores - scores.max()).sum().item())
+    expected = torch.softmax(scores, 0) @ values.double()
+    assert torch.allclose(steps[-1].output, expected, atol=1e-12)
+
+
+def _bad(name: str, **changes: object) -> tuple[str, dict[str, object]]:
+    return name, changes
+
+
+BASE = Case("base", 4, 2, 64, 16, ((1, 20), (3, 3)))
+T = make_inputs(BASE, torch.float32, "cpu", seed=11)
+BAD_INPUTS = [
+    _bad("query", query=T["query"][0]),
+    _bad("query", query=T["query"].to(torch.int32)),
+    _bad("query", query=torch.randn(4, 3, 64)),  # 3 heads over 2 KV heads
+    _bad("query", query=[[0.0]]),
+    _bad("key_cache", key_cache=T["key_cache"].half()),
+    _bad("key_cache", query=torch.randn(4, 4, 32)),  # head_dim 32 vs the cache's 64
+    _bad("key_cache", key_cache=T["key_cache"].transpose(2, 3).contiguous().transpose(2, 3)),
+    _bad("value_cache", value_cache=T["value_cache"][:, :8]),
+    _bad("block_tables", block_tables=T["block_tables"].long()),
+    _bad("block_tables", block_tables=T["block_tables"][:, :1]),
+    _bad("block_tables", block_tables=T["block_tables"][:1]),
+    _bad("block_tables", block_tables=torch.full_like(T["block_tables"], -1)),
+    _bad("seq_lens", seq_lens=T["seq_lens"].long()),
+    _bad("seq_lens", seq_lens=torch.tensor([20, 2], dtype=torch.int32)),  # 2 < 3 new tokens
+    _bad("seq_lens", seq_lens=T["seq_lens"].to("meta")),
+    _bad("query_start_loc", query_start_loc=T["query_start_loc"][:2]),
+    _bad("query_start_loc", query_start_loc=torch.tensor([0, 1, 3], dtype=torch.int32)),
+    _bad("query_start_loc", query_start_loc=torch.tensor([0, 5, 4], dtype=torch.int32)),
+    _bad("scale", scale=float("nan")),
+]
+
+
+@pytest.mark.parametrize(("name", "changes"), BAD_INPUTS,
+                         ids=[f"{n}-{i}" for i, (n, _) in enumerate(BAD_INPUTS)])
+def test_bad_input_raises_value_error_naming_the_argument(name: str,
+                                                          changes: dict[str, object]) -> None:
+    inputs = {**T, **changes}
+    with pytest.raises(ValueError, match=f"^{name}:"):
+        paged_attention(**inputs)
+    with pytest.raises(ValueError, match=f"^{name}:"):
+        dense_attention(**inputs)
