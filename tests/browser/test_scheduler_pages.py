@@ -1,0 +1,42 @@
+"""The scheduler pages in a browser: step through decisions, run a replay, read pasted metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.browser.harness import exceptions, open_page, screenshot, wait_settled
+from tests.test_vllm_metrics import CURRENT
+
+pytestmark = pytest.mark.browser
+
+
+def test_step_then_replay(page, app_url: str, tmp_path: Path) -> None:
+    open_page(page, f"{app_url}/scheduler?step_blocks=16&step_block_size=16&step_requests=10")
+    page.get_by_text("request 0 admitted").first.wait_for(timeout=60_000)
+    page.locator(".st-key-sched_step_forward button:visible").first.click()
+    wait_settled(page)
+    assert exceptions(page) == []
+    thumb = '.st-key-sched_step [data-testid="stSliderThumbValue"]'
+    assert page.locator(thumb).inner_text() == "1"
+    replay = ("/scheduler?sched_view=Replay+%26+metrics&big_workload=Alpaca-like+%28synthetic%29"
+              "&big_requests=200&big_max_tokens=128&big_blocks=128")
+    open_page(page, app_url + replay)
+    page.get_by_text("paged: throughput").wait_for(timeout=120_000)
+    wait_settled(page)
+    screenshot(page, tmp_path, "scheduler_replay")
+    assert exceptions(page) == []
+    assert page.get_by_text("What a healthy server watches").count() >= 1
+
+
+def test_pasted_metrics(page, app_url: str, tmp_path: Path) -> None:
+    open_page(page, f"{app_url}/serving_metrics")
+    box = page.locator("textarea").first
+    box.fill(CURRENT)
+    box.press("Control+Enter")
+    page.get_by_text("Prefix-cache hit rate").wait_for(timeout=60_000)
+    wait_settled(page)
+    screenshot(page, tmp_path, "serving_metrics")
+    assert exceptions(page) == []
+    assert page.get_by_text("62%").count() >= 1

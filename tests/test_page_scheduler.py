@@ -1,0 +1,114 @@
+"""AppTest for the scheduler page and the serving-metrics page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from lab.scheduler_runs import frames
+from lab.scheduler_state import SchedulerConfig
+from lab.workloads import from_preset
+from tests.scheduler_helpers import llama_h100
+from tests.test_vllm_metrics import CURRENT, LOG
+
+PAGES = Path(__file__).resolve().parents[1] / "pages"
+
+
+def run_page(name: str, query: dict[str, str] | None = None) -> AppTest:
+    at = AppTest.from_file(str(PAGES / name), default_timeout=90)
+    at.query_params.update(query or {})
+    return at.run()
+
+
+def text(at: AppTest) -> str:
+    parts = [str(e.value) for kind in ("markdown", "caption", "code", "error", "warning")
+             for e in getattr(at, kind)]
+    return "\n".join(parts)
+
+
+def test_step_view_steps_and_explains() -> None:
+    at = run_page("scheduler.py")
+    assert not at.exception and not at.error
+    assert "request 0 admitted" in at.code[0].value
+    at.button(key="sched_step_forward").click().run()
+    assert at.slider(key="sched_step").value == 1
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Iteration"] == "1"
+    assert "Running" in text(at)
+
+
+def test_preemption_is_explained_in_a_small_pool() -> None:
+    query = {"step_blocks": "16", "step_block_size": "16", "step_requests": "10"}
+    at = run_page("scheduler.py", query)
+    assert not at.exception
+    # The same run in the engine, to find the first iteration that preempted.
+    cfg = SchedulerConfig(num_blocks=16, block_size=16, max_num_seqs=8, max_num_batched_tokens=64)
+    runs, _ = frames(from_preset("alpaca", 10, seed=0, max_tokens=128), cfg, llama_h100(), 0)
+    first = next(f.record.index for f in runs if f.record.preemptions)
+    at.slider(key="sched_step").set_value(first).run()
+    assert "preempted (recompute): no free block" in at.code[0].value
+
+
+def test_contiguous_step_view_and_rejection_message() -> None:
+    at = run_page("scheduler.py", {"sched_allocator": "contiguous"})
+    assert not at.exception and not at.error
+    at = run_page("scheduler.py", {"step_blocks": "4", "step_block_size": "1"})
+    assert "Every request was rejected" in text(at)
+
+
+def test_replay_and_chain_sections() -> None:
+    query = {"sched_view": "Replay & metrics", "big_workload": "Alpaca-like (synthetic)",
+             "big_requests": "40", "big_max_tokens": "128", "big_blocks": "64"}
+    at = run_page("scheduler.py", query)
+    assert not at.exception and not at.error
+    labels = [m.label for m in at.metric]
+    assert "paged: throughput" in labels and "contiguous: throughput" in labels
+    assert len(at.dataframe) == 1
+    at = run_page("scheduler.py", {**query, "sched_view": "Batch chain"})
+    assert not at.exception
+    assert "live sequences of contiguous" in text(at)
+
+
+def test_bad_csv_shows_row_errors() -> None:
+    at = run_page("scheduler.py", {"step_workload": "Your CSV upload"})
+    assert not at.exception
+    assert "Upload a CSV" in "\n".join(str(e.value) for e in at.info)
+
+
+def test_serving_metrics_page_reads_pasted_text_and_log() -> None:
+    at = run_page("serving_metrics.py")
+    assert not at.exception
+    at.text_area(key="vllm_metrics_text").input(CURRENT).run()
+    values = {m.label: m.value for m in at.metric}
+    assert values["KV-cache usage"] == "62%"
+    assert values["Running / waiting"] == "12 / 5"
+    at.text_area(key="vllm_log_text").input(LOG).run()
+    assert not at.exception
+    table = at.dataframe[-1].value
+    assert table["engine"].tolist()[:2] == ["27,901", "446,416"]
+    # 53.52 GiB of Llama-3.1-8B K/V (128 KiB per token) in 16-token blocks of 2 MiB each
+    assert table["calculator (from the logged KV memory)"].tolist()[0] == "27,402"
+    at.text_area(key="vllm_metrics_text").input("not metrics at all").run()
+    assert "not a Prometheus sample" in text(at)
+
+
+def test_compute_mode_shows_the_kernel_error() -> None:
+    at = run_page("scheduler.py", {"step_requests": "2", "step_max_tokens": "8"})
+    at.toggle(key="sched_compute").set_value(True).run()
+    assert not at.exception and not at.warning
+    assert "Kernel = dense attention" in text(at)
+    at = run_page("scheduler.py", {"step_requests": "40"})
+    at.toggle(key="sched_compute").set_value(True).run()
+    assert "Showing the allocator-only run instead" in text(at)
+
+
+def test_sweeps_run_on_request() -> None:
+    query = {"sched_view": "Sweeps", "big_workload": "Alpaca-like (synthetic)",
+             "big_requests": "30", "big_max_tokens": "64", "big_blocks": "64"}
+    at = run_page("scheduler.py", query)
+    assert not at.exception and len(at.get("plotly_chart")) == 0
+    at.button(key="sched_sweep_bs").click().run()
+    at.button(key="sched_sweep_pool").click().run()
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == 2  # block-size and pool-size sweeps

@@ -1,0 +1,220 @@
+"""The scheduler page's settings widgets and its long-running sections (replay, chain, sweeps).
+
+Results of long runs are kept per user in st.session_state, keyed by their parameters, so a
+rerun that changes nothing does not run them again; every long run draws a progress bar.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import replace
+from typing import Any
+
+import streamlit as st
+
+from lab.cost_model import GPU_RATES, CostModel, cost_model
+from lab.figures.scheduler import chain_figure, length_histograms, serving_timeseries, sweep_figure
+from lab.metrics import Summary, series, summarize
+from lab.model_config import load_presets
+from lab.scheduler_runs import block_size_sweep, chain, pool_size_sweep, replay
+from lab.scheduler_state import SchedulerConfig
+from lab.workloads import PRESETS, RequestSpec, WorkloadError, describe, from_preset, parse_csv
+from ui.layout import explain, show_figure
+from ui.state import choice_param, float_param, int_param
+
+CSV = "csv"
+Requests = tuple[RequestSpec, ...]
+
+
+# -- settings -----------------------------------------------------------------------------------
+def workload_widgets(prefix: str, *, preset: str, n: int, max_n: int, max_tokens: int,
+                     seed: int) -> Requests | None:
+    """Workload widgets; None (with a message on the page) when no usable workload is given."""
+    left, middle, right = st.columns(3)
+    by_label = {p.label: name for name, p in PRESETS.items()} | {"Your CSV upload": CSV}
+    label = choice_param("Workload", f"{prefix}_workload", list(by_label),
+                         default=PRESETS[preset].label, container=left)
+    chosen = by_label[label]
+    rate = float_param("Arrival rate (requests/s; 0 = all at once)", f"{prefix}_rate",
+                       default=0.0, min_value=0.0, max_value=200.0, step=0.5, container=left,
+                       help="Poisson arrivals at this rate; 0 queues every request at time 0.")
+    if chosen == CSV:
+        upload = middle.file_uploader("CSV rows: prompt_len,output_len[,arrival_s]", type="csv",
+                                      key=f"{prefix}_csv", help="At most 20,000 rows and 2 MiB.")
+        if upload is None:
+            st.info("Upload a CSV to replay your own length distribution.", icon="📄")
+            return None
+        try:
+            return parse_csv(upload.getvalue())
+        except WorkloadError as err:
+            st.error(f"The CSV cannot be used: {err}", icon="📄")
+            return None
+    count = int_param("Requests", f"{prefix}_requests", default=n, min_value=2, max_value=max_n,
+                      widget="number", container=middle)
+    ceiling = int_param("max_tokens: output ceiling (contiguous reserves it)",
+                        f"{prefix}_max_tokens", default=max_tokens,
+                        min_value=8, max_value=4096, widget="number", container=middle)
+    right.caption(PRESETS[chosen].note + ". Outputs are clipped at max_tokens.")
+    return from_preset(chosen, count, seed=seed, rate=rate or None, max_tokens=ceiling)
+
+
+def engine_widgets(prefix: str, *, blocks: int, block_size: int, seats: int, budget: int,
+                   max_blocks: int) -> dict[str, Any]:
+    """Scheduler settings shared by every section (SchedulerConfig keyword arguments)."""
+    left, middle, right = st.columns(3)
+    return dict(
+        block_size=choice_param("Block size (tokens)", f"{prefix}_block_size",
+                                [1, 2, 4, 8, 16, 32, 64, 128, 256], default=block_size,
+                                container=left),
+        num_blocks=int_param("Pool size (blocks)", f"{prefix}_blocks", default=blocks,
+                             min_value=4, max_value=max_blocks, widget="number", container=left,
+                             help="The contiguous baseline gets the same number of slots."),
+        max_num_seqs=int_param("max_num_seqs", f"{prefix}_seats", default=seats, min_value=1,
+                               max_value=512, widget="number", container=middle),
+        max_num_batched_tokens=int_param("Token budget (max_num_batched_tokens)",
+                                         f"{prefix}_budget", default=budget, min_value=1,
+                                         max_value=32768, widget="number", container=middle),
+        preemption_mode=choice_param("Preemption", f"{prefix}_preempt", ["recompute", "swap"],
+                                     default="recompute", widget="segmented", container=right),
+        victim_policy=choice_param("Victim", f"{prefix}_victim", ["newest", "priority"],
+                                   default="newest", widget="segmented", container=right,
+                                   help="Whom to preempt: the newest request, or the one with "
+                                        "the lowest priority (the largest priority value)."),
+        enable_chunked_prefill=right.toggle("Chunked prefill", value=True, key=f"{prefix}_chunk"),
+    )
+
+
+def cost_widgets(prefix: str) -> CostModel:
+    left, right = st.columns(2)
+    model = choice_param("Model (times from the cost model)", f"{prefix}_model",
+                         list(load_presets()), default="Llama-3.1-8B", container=left)
+    gpu = choice_param("GPU", f"{prefix}_gpu", list(GPU_RATES), default="H100 80 GB",
+                       container=right)
+    return cost_model(load_presets()[model], gpu)
+
+
+# -- long runs, kept per user --------------------------------------------------------------------
+def kept(key: str, params: Hashable, compute: Callable[[Callable[[float], None]], Any],
+         label: str) -> Any:
+    """compute(progress) once per parameter set, with a progress bar; the result is kept."""
+    stored = st.session_state.get(key)
+    if stored is not None and stored[0] == params:
+        return stored[1]
+    bar = st.progress(0.0, text=label)
+    result = compute(lambda f: bar.progress(min(1.0, f), text=label))
+    bar.empty()
+    st.session_state[key] = (params, result)
+    return result
+
+
+def _percentile_rows(summaries: dict[str, Summary]) -> list[dict[str, Any]]:
+    rows = []
+    for name, s in summaries.items():
+        for metric, p, unit in (("TTFT", s.ttft, 1.0), ("ITL", s.itl, 1e3),
+                                ("end-to-end", s.e2e, 1.0)):
+            rows.append({"allocator": name, "metric": f"{metric} ({'ms' if unit > 1 else 's'})",
+                         "p50": p.p50 * unit, "p90": p.p90 * unit, "p99": p.p99 * unit,
+                         "mean": p.mean * unit})
+    return rows
+
+
+def replay_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, seed: int) -> None:
+    d = describe(requests)
+    st.caption(f"{d['requests']:,} requests · prompt mean {d['prompt_mean']:.0f} (max "
+               f"{d['prompt_max']}) · output mean {d['output_mean']:.0f} (max {d['output_max']})"
+               f" · {cost.label}")
+
+    def run(progress: Callable[[float], None]) -> dict[str, tuple[Summary, dict]]:
+        out = {}
+        for i, allocator in enumerate(("contiguous", "paged")):
+            sched = replay(requests, replace(cfg, allocator=allocator), cost, seed,
+                           progress=lambda f, i=i: progress((i + f) / 2))
+            out[allocator] = (summarize(sched), series(sched))
+        return out
+
+    results = kept("sched_replay", (requests, cfg, cost, seed), run,
+                   "Replaying the workload on both allocators (allocator only)…")
+    summaries = {k: v[0] for k, v in results.items()}
+    cols = st.columns(4)
+    for col, name in zip(cols[:2], summaries):
+        s = summaries[name]
+        col.metric(f"{name}: throughput", f"{s.throughput_tok_s:,.0f} tok/s",
+                   help="Output tokens per simulated second over the whole run.")
+    p, c = summaries["paged"], summaries["contiguous"]
+    cols[2].metric("paged: preemptions", f"{p.preemptions:,}",
+                   help=f"{p.recomputed_tokens:,} tokens recomputed, "
+                        f"{p.swapped_bytes / 2**20:,.1f} MiB swapped.")
+    cols[3].metric("rejected (never fit)", f"{p.rejected} / {c.rejected}",
+                   help="paged / contiguous: requests that could not fit even alone.")
+    show_figure(serving_timeseries({k: v[1] for k, v in results.items()}), key="sched_series")
+    st.dataframe(_percentile_rows(summaries), hide_index=True, width="stretch",
+                 column_config={k: st.column_config.NumberColumn(format="%.3f")
+                                for k in ("p50", "p90", "p99", "mean")})
+    show_figure(length_histograms(requests), key="sched_lengths")
+
+
+def chain_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, seed: int) -> None:
+    target_ms = int_param("Latency target: ITL p90 (ms)", "sched_itl_target", default=50,
+                          min_value=1, max_value=1000, widget="number")
+    rows = kept("sched_chain", (requests, cfg, cost, seed, target_ms),
+                lambda progress: chain(requests, cfg, cost, seed, target_ms / 1e3,
+                                       progress=progress),
+                "Running both allocators at 5 values of max_num_seqs…")
+    show_figure(chain_figure(rows, target_ms), key="sched_chain_fig")
+    c, p = rows
+    ratio = lambda a, b: a / b if b else float("inf")  # noqa: E731
+    live, thr = ratio(p.live_seqs, c.live_seqs), ratio(p.throughput, c.throughput)
+    st.markdown(
+        f"Paged kept **{live:.1f}×** the live sequences of contiguous and reached **{thr:.1f}×** "
+        f"its throughput within the target (best max_num_seqs: contiguous "
+        f"{c.best_max_num_seqs or 'none met it'}, paged {p.best_max_num_seqs or 'none met it'}). "
+        f"Paged iterations were compute-bound **{p.compute_bound_share:.0%}** of the time.")
+    if c.best_max_num_seqs is None and p.best_max_num_seqs is None:
+        st.info("No run met the latency target: even one sequence per iteration reads every "
+                "weight, so the target is below this GPU's floor. Raise it.",
+                icon=":material/timer:")
+    elif live < 1.2:
+        st.info("Both allocators kept about as many sequences live: memory was not the limit "
+                "(a large pool, or max_num_seqs caps both). Freeing blocks cannot help here.",
+                icon=":material/link_off:")
+    elif thr < 0.8 * live:
+        st.warning("The chain weakens at link 4: more live sequences did not turn into as much "
+                   "throughput. Bigger batches past the roofline's crossover are compute-bound: "
+                   "each iteration takes longer by about as much as it adds tokens.",
+                   icon=":material/link_off:")
+    else:
+        st.success("The chain held: memory was the limit, and paging turned the freed KV "
+                   "into proportionally more throughput.", icon=":material/link:")
+    st.button("Load a compute-bound example", key="sched_chain_example", on_click=_example,
+              help="Alpaca-like, 2,000 requests, max_tokens 512, 2,000 blocks, max_num_seqs "
+                   "512, budget 4,096, Llama-3.1-8B on an H100, ITL target 100 ms.")
+    explain("In the example, paged keeps about 5× the sequences of contiguous, but half of its "
+            "iterations are compute-bound, so throughput rises only about half as much. Then "
+            "give both a pool of 200,000 blocks: they keep the same sequences live and paging "
+            "buys nothing.")
+
+
+def _example() -> None:
+    st.session_state.update({
+        "big_workload": PRESETS["alpaca"].label, "big_requests": 2000, "big_max_tokens": 512,
+        "big_blocks": 2000, "big_block_size": 16, "big_seats": 512, "big_budget": 4096,
+        "sched_model": "Llama-3.1-8B", "sched_gpu": "H100 80 GB", "sched_itl_target": 100,
+        "big_rate": 0.0})
+
+
+def sweeps_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, seed: int) -> None:
+    left, right = st.columns(2)
+    if left.button("Sweep block size (1 to 256, same bytes)", key="sched_sweep_bs"):
+        st.session_state["sched_bs_params"] = (requests, cfg, cost, seed)
+    if right.button("Sweep pool size (¼× to 4×)", key="sched_sweep_pool"):
+        st.session_state["sched_pool_params"] = (requests, cfg, cost, seed)
+    if st.session_state.get("sched_bs_params") == (requests, cfg, cost, seed):
+        points = kept("sched_bs", (requests, cfg, cost, seed),
+                      lambda pr: block_size_sweep(requests, cfg, cost, seed, progress=pr),
+                      "Replaying at 9 block sizes…")
+        show_figure(sweep_figure(points, "block size (tokens)"), key="sched_bs_fig")
+    if st.session_state.get("sched_pool_params") == (requests, cfg, cost, seed):
+        points = kept("sched_pool", (requests, cfg, cost, seed),
+                      lambda pr: pool_size_sweep(requests, cfg, cost, seed, progress=pr),
+                      "Replaying at 5 pool sizes on both allocators…")
+        show_figure(sweep_figure(points, "pool size (blocks)"), key="sched_pool_fig")
