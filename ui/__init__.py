@@ -1,0 +1,13 @@
+"""Shared Streamlit pieces for every page (pages stay thin: widgets -> engine -> figure).
+
+- `ui.sidebar.sidebar()`: call first on every page (backend, seed, classroom mode, copy link).
+- `ui.state`: widgets whose values live in the URL (`int_param`, `float_param`,
+  `choice_param`), `seed()`, `is_classroom()`, `register()` for extra link parameters.
+- `ui.step_controls.step_controls(last_step)`: Reset / Back / Step / Play / speed / scrubber;
+  returns the step to show; pair it with a cached `replay(params, seed, step)`.
+  `prefetch_next(...)` computes the next step in the background.
+- `ui.layout`: `explain(md)`, `settings()`, `show_figure(fig, key)` (classroom-aware).
+- `ui.attention_check.attention_badge(check)`: kernel vs dense attention, green within tolerance.
+- `ui.predict.predict(...)`: "Predict, then reveal" with the engine's answer.
+- `ui.export.export_trace(json, ...)`: download the event trace.
+"""

@@ -1,0 +1,127 @@
+"""Time, in the real browser, from clicking Step to the page having settled, per page.
+
+Starts `streamlit run app.py` on a free localhost port and drives Debian's Chromium (headless,
+through Playwright). For each animated page at its default sizes: click Step, then wait until
+the step slider shows the new step, Streamlit reports no script run in progress and no element
+is stale. "Step" times a step never seen before (the engine replays it and runs the kernel);
+"Back" times a step already seen (the replay is cached: rendering only). Clicks are --think
+seconds apart, like a reader's: pages compute the next step in the background meanwhile.
+
+    python bench/ui.py [--clicks 6] [--think 1.5] [--pages block_tables attention]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import tempfile
+import time
+from functools import cache
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+from lab.attention_view import replay_attention  # noqa: E402
+from lab.backend import backend  # noqa: E402
+from lab.figures.blocks import block_table_figure, pool_grid, token_strip  # noqa: E402
+from lab.walkthrough import WalkParams, replay_walk  # noqa: E402
+from tests.browser.harness import (CHROMIUM, IDLE_JS, STEP_THUMB, VIEWPORT,  # noqa: E402
+                                   click_control, current_step, launch_chromium, open_page,
+                                   serve_app)
+
+# Default sizes, except enough steps to click through: 12 output tokens on Block tables (the
+# default request is the guide's 4), block size 8 on Attention (7 blocks to read).
+PAGES = {"block_tables": "output_len=12", "attention": "block_size=8"}
+
+
+def settled_js(step: int) -> str:
+    return (f"() => Number(document.querySelector('{STEP_THUMB}')?.innerText) === {step}"
+            f" && ({IDLE_JS})()")
+
+
+def timed_click(page, control: str, expected: int, think_s: float = 0.0) -> float:
+    time.sleep(think_s)  # a reader looks at the page before the next click
+    start = time.perf_counter()
+    click_control(page, control)
+    page.wait_for_function(settled_js(expected), timeout=120_000)
+    return (time.perf_counter() - start) * 1000
+
+
+def measure(page, url: str, clicks: int, think_s: float) -> tuple[list[float], list[float]]:
+    open_page(page, url)
+    label = page.locator(".st-key-step label").first.inner_text()  # "Step (0 to N)"
+    last = int(re.search(r"0 to (\d+)", label).group(1))
+    clicks = min(clicks, last - 1)
+    timed_click(page, "forward", 1)  # warm-up: first kernel launch, imports, plotly.js
+    forward = [timed_click(page, "forward", 2 + i, think_s) for i in range(clicks)]
+    back = [timed_click(page, "back", clicks - i, think_s) for i in range(clicks)]
+    assert current_step(page) == 1
+    return forward, back
+
+
+def compute_ms(name: str, steps: int) -> float:
+    """Median process CPU time of what the server computes for a new step (replay, kernel,
+    reference, figures), in this process: a reading that other load on the machine barely
+    moves, unlike the wall times of the browser columns."""
+    times = []
+    for step in range(1, steps + 1):
+        start = time.process_time()
+        if name == "block_tables":
+            frame = replay_walk(WalkParams(output_len=12), 0, step)
+            for build in (token_strip, block_table_figure, pool_grid):
+                build(frame.snapshot, frame.seq_names)
+        else:  # a step only changes the view: the replay is cached per placement
+            frame = attention_frame()
+            pool_grid(frame.snapshot, frame.seq_names, highlight=frame.block_table[:step])
+        times.append((time.process_time() - start) * 1000)
+    return statistics.median(times)
+
+
+@cache
+def attention_frame():
+    return replay_attention(WalkParams(block_size=8), 0, "A", 0)
+
+
+def shuffle_ms() -> float:
+    """CPU time of a new placement on Attention: walk, relocation, two kernel checks."""
+    attention_frame()
+    start = time.process_time()
+    replay_attention(WalkParams(block_size=8), 0, "A", 1)
+    return (time.process_time() - start) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clicks", type=int, default=6)
+    parser.add_argument("--pages", nargs="+", default=list(PAGES), choices=list(PAGES))
+    parser.add_argument("--think", type=float, default=1.5,
+                        help="seconds between a settled page and the next click")
+    args = parser.parse_args()
+    if not CHROMIUM.exists():
+        sys.exit(f"{CHROMIUM} not found: this benchmark needs Debian's chromium")
+    print(f"backend: {backend().describe()}; viewport {VIEWPORT['width']}x{VIEWPORT['height']}; "
+          f"{args.clicks} clicks each, {args.think:g} s apart; median (min-max) ms from click "
+          "to settled\n")
+    print("| page | Step (new step) | Back (cached step) | server CPU per new step |")
+    print("|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp, serve_app(Path(tmp) / "server.log") as url, \
+            sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        page = browser.new_context(viewport=VIEWPORT).new_page()
+        for name in args.pages:
+            forward, back = measure(page, f"{url}/{name}?{PAGES[name]}", args.clicks,
+                                    args.think)
+            cells = [f"{statistics.median(t):.0f} ({min(t):.0f}-{max(t):.0f})"
+                     for t in (forward, back)]
+            print(f"| {name} | {cells[0]} | {cells[1]} | "
+                  f"{compute_ms(name, args.clicks):.0f} |", flush=True)
+        browser.close()
+    print(f"\nA new placement on Attention (Shuffle): {shuffle_ms():.0f} ms server CPU.")
+
+
+if __name__ == "__main__":
+    main()

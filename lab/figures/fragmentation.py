@@ -1,0 +1,151 @@
+"""Figures of the fragmentation page: the two memory maps, the run over time, the block-size sweep.
+
+`memory_maps` draws both systems on one address axis (token slots of the same byte size), so
+the learner compares like with like: the contiguous regions with their reserved-but-unused
+tails and the holes between them, and the paged pool's blocks with their unused tail slots.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from lab.figures.blocks import EDGE_COLOR, FONT_SIZE, PALETTE, lighten
+from lab.fragmentation import FragFrame, SweepRow
+
+CONTIGUOUS, PAGED = "Contiguous (reserve prompt + max output)", "Paged (blocks as tokens arrive)"
+EXTERNAL_COLOR = "#F4B6B6"  # free, but in a hole too small for the next request
+FREE_COLOR = "#FFFFFF"
+SYSTEM_COLORS = {CONTIGUOUS: "#D55E00", PAGED: "#0072B2"}
+MIN_LABEL_SLOTS = 28  # segments narrower than this get no request label (hover still tells)
+
+
+def request_color(req_id: int) -> str:
+    return PALETTE[req_id % len(PALETTE)]
+
+
+def _segment(shapes: list, hover: list, row: int, x0: int, x1: int, color: str, text: str,
+             line: str = EDGE_COLOR) -> None:
+    shapes.append(dict(type="rect", x0=x0, x1=x1, y0=row - 0.38, y1=row + 0.38,
+                       fillcolor=color, line=dict(color=line, width=0.6), layer="below"))
+    hover.append((row, (x0 + x1) / 2, text))
+
+
+def memory_maps(frame: FragFrame, capacity: int, block_size: int) -> go.Figure:
+    """Row 1: contiguous regions and holes. Row 0: the paged pool, block after block.
+
+    Each request keeps one colour: solid = slots holding its tokens, pale = reserved or
+    allocated but empty (internal fragmentation). Holes smaller than the reservation of the
+    request that must be placed next are red: external fragmentation.
+    """
+    external_threshold = frame.next_reservation
+    shapes: list[dict] = []
+    hover: list[tuple[int, float, str]] = []
+    labels: list[dict] = []
+    for r in frame.regions:
+        color = request_color(r.req_id)
+        _segment(shapes, hover, 1, r.start, r.start + r.used, color,
+                 f"R{r.req_id}: {r.used} tokens stored")
+        _segment(shapes, hover, 1, r.start + r.used, r.start + r.reserved, lighten(color, 0.75),
+                 f"R{r.req_id}: {r.reserved - r.used} slots reserved, unused")
+        if r.reserved >= MIN_LABEL_SLOTS:
+            labels.append(dict(x=r.start + r.reserved / 2, y=1, text=f"R{r.req_id}"))
+    for start, size in frame.holes:
+        external = size < external_threshold
+        why = f": too small for the next request ({external_threshold} slots)" if external else ""
+        _segment(shapes, hover, 1, start, start + size, EXTERNAL_COLOR if external else FREE_COLOR,
+                 f"hole of {size} free slots{why}")
+    request_of = {seq: req for req, seq in frame.seq_of_request.items()}
+    for block in frame.snapshot.blocks:
+        x0 = block.block_id * block_size
+        if block.state != "used":
+            _segment(shapes, hover, 0, x0, x0 + block_size, FREE_COLOR,
+                     f"block {block.block_id}: free")
+            continue
+        req = request_of[block.owners[0]]
+        color = request_color(req)
+        _segment(shapes, hover, 0, x0, x0 + block.filled, color,
+                 f"block {block.block_id} of R{req}: {block.filled}/{block_size} slots filled")
+        if block.filled < block_size:
+            _segment(shapes, hover, 0, x0 + block.filled, x0 + block_size,
+                     lighten(color, 0.75), f"block {block.block_id} of R{req}: "
+                     f"{block_size - block.filled} empty tail slots")
+    traces = [go.Scatter(x=[h[1] for h in hover], y=[h[0] for h in hover], mode="markers",
+                         marker=dict(size=18, opacity=0), hovertext=[h[2] for h in hover],
+                         hoverinfo="text", showlegend=False)]
+    fig = go.Figure(traces)
+    fig.update_layout(
+        shapes=shapes, height=250, template="plotly_white", font=dict(size=FONT_SIZE),
+        margin=dict(l=20, r=20, t=50, b=45), hoverlabel=dict(font_size=FONT_SIZE),
+        title=dict(text=f"Memory map at step {frame.step}: the same {capacity} token slots",
+                   x=0, xanchor="left"),
+        annotations=[dict(a, showarrow=False, font=dict(size=FONT_SIZE - 1, color="#111111"),
+                          bgcolor="rgba(255,255,255,0.7)") for a in labels],
+        xaxis=dict(title="slot address (each slot holds one token's K and V)", range=[0, capacity],
+                   showgrid=False, zeroline=False),
+        yaxis=dict(tickvals=[1, 0], ticktext=["Contiguous", "Paged"], range=[-0.6, 1.6],
+                   showgrid=False, zeroline=False, fixedrange=True))
+    return fig
+
+
+def timeline(frames: list[FragFrame], step: int) -> go.Figure:
+    """Sequences running at once, and wasted memory (internal + external, % of the pool)."""
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
+                        subplot_titles=("Sequences running at once",
+                                        "Wasted (% of pool)"))
+    steps = [f.step for f in frames]
+    for name, pick in ((CONTIGUOUS, lambda f: f.contiguous), (PAGED, lambda f: f.paged)):
+        stats = [pick(f) for f in frames]
+        color = SYSTEM_COLORS[name]
+        fig.add_trace(go.Scatter(x=steps, y=[s.running for s in stats], name=name,
+                                 line=dict(color=color, width=2.5, shape="hv"),
+                                 legendgroup=name), row=1, col=1)
+        fig.add_trace(go.Scatter(x=steps, y=[s.wasted_pct for s in stats], name=name,
+                                 showlegend=False,
+                                 line=dict(color=color, width=2.5, shape="hv"),
+                                 legendgroup=name), row=1, col=2)
+    for col in (1, 2):
+        fig.add_vline(x=step, line=dict(color="#333333", dash="dot", width=1.5), row=1, col=col)
+        fig.update_xaxes(title_text="step", row=1, col=col)
+    fig.update_yaxes(rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(range=[0, 100], row=1, col=2)
+    fig.update_layout(height=340, template="plotly_white", font=dict(size=FONT_SIZE),
+                      margin=dict(l=50, r=20, t=64, b=45),
+                      legend=dict(orientation="h", y=-0.3, x=0),
+                      hoverlabel=dict(font_size=FONT_SIZE))
+    fig.update_annotations(font_size=FONT_SIZE, yshift=12)
+    return fig
+
+
+def sweep_figure(rows: list[SweepRow], current: int) -> go.Figure:
+    """Tail waste (bars, left axis) against block-table entries (line, right, log axis)."""
+    names = [str(r.block_size) for r in rows]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Bar(
+        x=names, y=[r.tail_pct for r in rows], name="tail waste: empty slots in last blocks (%)",
+        marker_color=[SYSTEM_COLORS[CONTIGUOUS] if r.block_size == current else
+                      lighten(SYSTEM_COLORS[CONTIGUOUS], 0.45) for r in rows],
+        text=[f"{r.tail_pct:.0f}%" for r in rows], textposition="outside",
+        hovertemplate="block size %{x}: %{y:.1f}% of allocated slots empty<extra></extra>"),
+        secondary_y=False)
+    fig.add_trace(go.Scatter(
+        x=names, y=[r.table_entries for r in rows], name="block-table entries per sequence",
+        mode="lines+markers", line=dict(color=SYSTEM_COLORS[PAGED], width=3),
+        customdata=[r.table_bytes for r in rows],
+        hovertemplate="block size %{x}: %{y:.1f} entries (%{customdata:.0f} bytes)"
+                      "<extra></extra>"), secondary_y=True)
+    fig.update_layout(
+        height=380, template="plotly_white", font=dict(size=FONT_SIZE),
+        title=dict(text="Block size: tail waste vs block-table size (this workload)", x=0,
+                   xanchor="left"),
+        margin=dict(l=80, r=90, t=56, b=50), legend=dict(orientation="h", y=-0.25, x=0),
+        hoverlabel=dict(font_size=FONT_SIZE), bargap=0.35)
+    top = max(r.tail_pct for r in rows)
+    fig.update_xaxes(title_text="block size (tokens per block)", type="category")
+    fig.update_yaxes(title_text="tail waste (%)", range=[0, max(10.0, top * 1.3)],
+                     secondary_y=False)
+    ticks = [t for t in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+             if t <= 2 * max(r.table_entries for r in rows)]
+    fig.update_yaxes(title_text="table entries", type="log",
+                     tickvals=ticks, secondary_y=True, showgrid=False)
+    return fig

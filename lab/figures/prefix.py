@@ -1,0 +1,71 @@
+"""Figures of the prefix-cache page: one prompt's hash chain, and hits and evictions over time.
+
+The pool itself is drawn with `lab.figures.blocks.pool_grid` (grey tiles: free but cached).
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from lab.figures.blocks import FONT_SIZE
+from lab.prefix_scenario import Admission, PrefixFrame
+
+STATUS_STYLE = {  # status -> (fill, word on the box)
+    "hit": ("#B9E4D4", "hit"),
+    "miss": ("#F6D9A8", "miss"),
+    "last": ("#CBE3F4", "last"),
+    "partial": ("#EEEEEE", "partial"),
+}
+
+
+def hash_chain(admission: Admission) -> go.Figure:
+    """The prompt's logical blocks left to right: tokens, hash, parent link, cache outcome."""
+    shapes, notes = [], []
+    for link in admission.chain:
+        x0 = link.index * 1.25
+        fill, word = STATUS_STYLE[link.status]
+        shapes.append(dict(type="rect", x0=x0, x1=x0 + 1, y0=0, y1=1, fillcolor=fill,
+                           line=dict(color="#555555", width=1.5)))
+        start, end = link.positions
+        digest = f"#{link.block_hash[:6]}" if link.block_hash else "(not hashed)"
+        notes.append(dict(x=x0 + 0.5, y=0.5, showarrow=False, align="center",
+                          text=f"<b>L{link.index}</b> → block {link.block_id}<br>"
+                               f"tokens {start}–{end - 1}<br>{digest}<br><i>{word}</i>"))
+        if link.index:
+            notes.append(dict(x=x0, y=0.5, ax=x0 - 0.25, ay=0.5, xref="x", yref="y", axref="x",
+                              ayref="y", showarrow=True, arrowhead=2, arrowwidth=1.5, text=""))
+    width = 1.25 * len(admission.chain) - 0.25
+    fig = go.Figure()
+    fig.update_layout(
+        shapes=shapes, annotations=notes, height=230, template="plotly_white",
+        font=dict(size=FONT_SIZE), margin=dict(l=10, r=10, t=50, b=10),
+        title=dict(text=f"R{admission.req_id}'s prompt as a hash chain", x=0, xanchor="left"),
+        xaxis=dict(range=[-0.05, max(width, 4.95) + 0.05], visible=False, fixedrange=True),
+        yaxis=dict(range=[-0.05, 1.05], visible=False, fixedrange=True))
+    return fig
+
+
+def cache_over_time(frames: list[PrefixFrame], step: int) -> go.Figure:
+    """Left: hit rate in prompt tokens so far. Right: cached free blocks and evictions."""
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+                        subplot_titles=("Hit rate (% of prompt tokens)",
+                                        "Cached free blocks, evictions"))
+    steps = [f.step for f in frames]
+    fig.add_trace(go.Scatter(x=steps, y=[100 * f.hit_rate for f in frames], name="hit rate",
+                             line=dict(color="#009E73", width=3, shape="hv"), showlegend=False),
+                  row=1, col=1)
+    fig.add_trace(go.Bar(x=steps, y=[f.snapshot.usage.blocks_cached_free for f in frames],
+                         name="cached free blocks", marker_color="#AAAAAA"), row=1, col=2)
+    fig.add_trace(go.Scatter(x=steps, y=[f.evictions for f in frames], name="evictions so far",
+                             line=dict(color="#D55E00", width=3, shape="hv")), row=1, col=2)
+    for col in (1, 2):
+        fig.add_vline(x=step, line=dict(color="#333333", dash="dot", width=1.5), row=1, col=col)
+        fig.update_xaxes(title_text="step", row=1, col=col)
+    fig.update_yaxes(range=[0, 100], row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", row=1, col=2)
+    fig.update_layout(height=330, template="plotly_white", font=dict(size=FONT_SIZE),
+                      margin=dict(l=50, r=20, t=64, b=45), hoverlabel=dict(font_size=FONT_SIZE),
+                      legend=dict(orientation="h", y=-0.3, x=0.55), bargap=0.3)
+    fig.update_annotations(font_size=FONT_SIZE, yshift=12)
+    return fig

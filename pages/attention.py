@@ -1,0 +1,133 @@
+"""Page 2 — Attention over blocks: the kernel reads K/V through the block table, in order."""
+
+import streamlit as st
+
+from lab.attention_view import MAX_PLACEMENTS, AttentionFrame, can_relocate, replay_attention
+from lab.figures.blocks import legend_markdown, pool_grid
+from lab.walkthrough import REQUEST_NAMES, WalkParams, WalkTooBig, validate
+from ui.attention_check import attention_badge
+from ui.export import export_trace
+from ui.layout import explain, settings, show_figure
+from ui.predict import predict
+from ui.sidebar import sidebar
+from ui.state import choice_param, int_param, register, seed
+from ui.step_controls import step_controls
+
+sidebar()
+st.title("Attention over blocks")
+explain(
+    "Attention itself does not change: the newest token's query is compared with every cached "
+    "key, and the values are averaged with the softmax weights. What changes is **where the "
+    "kernel finds the keys and values**: it walks the sequence's **block table** in logical "
+    "order and loads each block from whichever physical block holds it. Step through the "
+    "blocks to watch the kernel's running softmax bookkeeping, then **shuffle the physical "
+    "placement**: the blocks are copied elsewhere in the pool, the table is updated, and the "
+    "output is the same to the last bit."
+)
+
+with settings():
+    cols = st.columns(5)
+    block_size = int_param("Block size", "block_size", default=16, min_value=1, max_value=64,
+                           container=cols[0], help="Tokens per block.")
+    prompt_len = int_param("Prompt of A", "prompt_len", default=30, min_value=1,
+                           max_value=256, container=cols[1])
+    output_len = int_param("Output of A", "output_len", default=20, min_value=1,
+                           max_value=256, container=cols[2])
+    num_requests = int_param("Requests", "requests", default=3, min_value=1, max_value=6,
+                             container=cols[3], help="Other requests interleave their blocks "
+                                                     "with the chosen one's.")
+    num_blocks = int_param("Pool (blocks)", "num_blocks", default=64, min_value=4,
+                           max_value=256, widget="number", container=cols[4])
+    params = WalkParams(block_size=block_size, prompt_len=prompt_len, output_len=output_len,
+                        num_requests=num_requests, num_blocks=num_blocks)
+    left, right = st.columns(2)
+    request = choice_param("Sequence", "seq", list(REQUEST_NAMES[:num_requests]), default="A",
+                           widget="segmented", container=left,
+                           help="Whose attention to follow, at the end of all requests' "
+                                "decoding.")
+    head = choice_param("Head shown in the bookkeeping", "head", [0, 1], default=0,
+                        widget="segmented", container=right)
+
+try:
+    validate(params, seed())
+except WalkTooBig as error:
+    st.error(str(error), icon=":material/error:")
+    st.stop()
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def frame_for(params: WalkParams, seed: int, request: str, placement: int,
+              head: int) -> AttentionFrame:
+    return replay_attention(params, seed, request, placement, head)
+
+
+def _shuffle() -> None:
+    st.session_state["placement"] = min(int(st.session_state.get("placement") or 0) + 1,
+                                        MAX_PLACEMENTS)
+
+
+movable = can_relocate(params, seed(), request)
+shuffle_col, placement_col = st.columns(2, vertical_alignment="bottom")
+shuffle_col.button("Shuffle placement", key="shuffle", icon=":material/shuffle:",
+                   on_click=_shuffle, disabled=not movable,
+                   help="Copy this sequence's blocks to other physical blocks (real copies in "
+                        "the pool) and update its block table.")
+placement = int_param("Placement (shuffles so far; 0 = as allocated)", "placement",
+                      default=0, min_value=0, max_value=MAX_PLACEMENTS, widget="number",
+                      container=placement_col)
+if not movable:
+    st.info("The pool has no room for a copy of this sequence's blocks: enlarge the pool to "
+            "shuffle.")
+    placement = 0
+register("placement", placement)
+
+frame = frame_for(params, seed(), request, placement, head)
+num_logical = len(frame.block_table)
+step = step_controls(num_logical)
+read = frame.block_table[:step]  # physical blocks the kernel has read so far, logical order
+
+st.markdown(f"**Block table of {request}** ({frame.num_tokens} tokens): logical "
+            + ", ".join(f"L{i} → **{p}**" for i, p in enumerate(frame.block_table))
+            + (f" &nbsp; (as allocated: {', '.join(map(str, frame.first_table))})"
+               if placement else ""))
+badge_col, shift_col = st.columns([2, 1])
+with badge_col:
+    attention_badge(frame.check)
+shift_col.metric("Output change", f"{frame.output_shift:.1e}",
+                 help="Largest difference between the kernel's output now and at placement 0 "
+                      "(before any shuffle): the block table hides where blocks live.")
+
+labels = {p: f"L{i}" for i, p in enumerate(frame.block_table)}
+show_figure(pool_grid(frame.snapshot, frame.seq_names, highlight=read, highlight_labels=labels,
+                      title=f"Physical KV pool: {request}'s blocks read so far in red "
+                            f"({step} of {num_logical})"),
+            key="attention_pool", file_name="attention_pool")
+st.markdown(legend_markdown(frame.snapshot, frame.seq_names), unsafe_allow_html=True)
+
+st.subheader(f"Online softmax, head {head}, block by block")
+explain("For each block the kernel computes the scores q·k of its tokens, updates the "
+        "**running max** m (for numerical safety), rescales what it has summed so far by "
+        "exp(m_old − m_new), and adds the block's exp(score − m) to the **running sum** and "
+        "the weighted values to the output. After the last block the output is exact: the "
+        "last column reaches zero.", title="How the bookkeeping works")
+final = frame.softmax[-1].output
+rows = [{"logical block": s.block, "physical block": frame.block_table[s.block],
+         "running max m": round(s.running_max, 4), "running sum ℓ": round(s.running_sum, 4),
+         "max |output so far − final|": f"{(s.output - final).abs().max().item():.2e}"}
+        for s in frame.softmax[:step]]
+if rows:
+    st.table(rows)
+else:
+    st.caption("Press Step to let the kernel read the first block.")
+
+predict("att_shift", "If we shuffle where this sequence's blocks live in the pool, what "
+        "happens to the attention output?",
+        choices=["It changes a little (rounding)", "It is bit-for-bit identical",
+                 "It changes completely"],
+        answer=lambda: ("It is bit-for-bit identical"
+                        if frame_for(params, seed(), request, 1 if movable else 0,
+                                     head).output_shift == 0
+                        else "It changes a little (rounding)"),
+        explanation="The kernel reads the same K/V in the same logical order, only from other "
+                    "addresses, so every floating-point operation is the same.")
+export_trace(frame.trace_json, key="att_trace", file_name=f"attention_{request}.json")

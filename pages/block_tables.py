@@ -1,0 +1,113 @@
+"""Page 1 — Block tables: the guide's allocator walk, several requests at once, step by step."""
+
+import streamlit as st
+
+from lab.figures.blocks import block_table_figure, legend_markdown, pool_grid, token_strip
+from lab.sequence import blocks_for
+from lab.walkthrough import (WalkFrame, WalkParams, WalkTooBig, blocks_held, describe_step,
+                             final_tail_slots, last_step, replay_walk, validate, walk_requests)
+from ui.attention_check import attention_badge
+from ui.export import export_trace
+from ui.layout import explain, settings, show_figure
+from ui.predict import predict
+from ui.sidebar import sidebar
+from ui.state import int_param, seed
+from ui.step_controls import prefetch_next, step_controls
+
+sidebar()
+st.title("Block tables")
+explain(
+    "PagedAttention cuts each sequence's KV cache into fixed-size **logical blocks** of "
+    "*block size* tokens. A **block table** maps logical block 0, 1, 2, ... to **physical "
+    "blocks** anywhere in the **KV pool**, and a block is taken only when the last one is full. "
+    "Here request **A** is the guide's example (a 30-token prompt, block size 16: two blocks, "
+    "the second with 14 tokens); requests B and C arrive one step later each, so their blocks "
+    "interleave with A's in the pool. Step 1 prefills A's prompt; after that each step decodes "
+    "one token for every request in the pool."
+)
+
+with settings():
+    cols = st.columns(5)
+    block_size = int_param("Block size", "block_size", default=16, min_value=1, max_value=64,
+                           container=cols[0], help="Tokens per block (slots per block).")
+    prompt_len = int_param("Prompt of A", "prompt_len", default=30, min_value=1,
+                           max_value=256, container=cols[1], help="Prompt tokens of request A.")
+    output_len = int_param("Output of A", "output_len", default=4, min_value=1, max_value=256,
+                           container=cols[2],
+                           help="Tokens A generates. The server does not know this in "
+                                "advance: it only sees the request stop. Requests B, C, ... "
+                                "get seeded lengths around A's.")
+    num_requests = int_param("Requests", "requests", default=3, min_value=1, max_value=6,
+                             container=cols[3], help="Requests arrive one step apart.")
+    num_blocks = int_param("Pool (blocks)", "num_blocks", default=64, min_value=4,
+                           max_value=256, widget="number", container=cols[4],
+                           help="Physical blocks in the KV pool.")
+    st.caption("K/V values are seeded random numbers per (token id, position), not a model's: "
+               "the allocator and the attention kernel do not care where they come from.")
+
+params = WalkParams(block_size=block_size, prompt_len=prompt_len, output_len=output_len,
+                    num_requests=num_requests, num_blocks=num_blocks)
+try:
+    validate(params, seed())
+except WalkTooBig as error:
+    st.error(str(error), icon=":material/error:")
+    st.stop()
+
+
+@st.cache_data(max_entries=512, show_spinner=False)
+def frame_at(params: WalkParams, seed: int, step: int) -> WalkFrame:
+    return replay_walk(params, seed, step)
+
+
+last = last_step(params, seed())
+step = step_controls(last)
+frame = frame_at(params, seed(), step)
+for line in describe_step(frame, block_size):
+    st.markdown(f"- {line}")
+
+usage = frame.snapshot.usage
+live = len(frame.snapshot.sequences)
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("Blocks in use", f"{usage.blocks_used} / {num_blocks}")
+c2.metric("Filled slots", usage.slots_filled)
+c3.metric("Unused tail slots", usage.tail_slots,
+          help="Allocated slots with no token yet: only the last block of each sequence "
+               "can have them, so there are fewer than one block per sequence.")
+c4.metric("Tail bound", f"< {live * block_size}",
+          help=f"Unused tail slots stay below one block per sequence: {live} sequence(s) × "
+               f"{block_size} slots.")
+if frame.check is not None:
+    attention_badge(frame.check)
+
+names = frame.seq_names
+show_figure(token_strip(frame.snapshot, names), key="strip", file_name="token_strip")
+# The longest block table the walk will reach decides the layout, so it holds for every step:
+# tables beside the pool when they stay short, above it when they grow long.
+widest = max(blocks_for(r.total_len, block_size) for r in frame.requests)
+table_col, pool_col = st.columns([1, 2]) if widest <= 6 else (st.container(), st.container())
+with table_col:
+    show_figure(block_table_figure(frame.snapshot, names), key="table", file_name="block_table")
+with pool_col:
+    show_figure(pool_grid(frame.snapshot, names), key="pool", file_name="kv_pool")
+st.markdown(legend_markdown(frame.snapshot, names), unsafe_allow_html=True)
+explain("How to read it: **L0, L1, ...** are logical blocks; the number in each block-table "
+        "cell is the physical block that holds it; on the pool, each tile is a physical block "
+        "and its bar shows how many of its slots hold tokens. Hover any cell for its slot.",
+        title="How to read the figures")
+
+first = walk_requests(params, seed())[0]
+target = min(first.total_len, len(first.prompt) + 3)
+predict("bt_blocks",
+        f"Request A has a {len(first.prompt)}-token prompt and the block size is {block_size}. "
+        f"How many physical blocks does A hold once it has {target} tokens?",
+        answer=blocks_held(params, seed(), target),
+        explanation=f"Blocks are taken one at a time, only when the last is full: "
+                    f"⌈{target} / {block_size}⌉ blocks.")
+predict("bt_tail",
+        f"A stops after {first.total_len} tokens. How many slots of its last block stay unused?",
+        answer=lambda: final_tail_slots(params, seed()),
+        explanation="The only waste of paging is the unused tail of the last block: always "
+                    "fewer than one block per sequence, whatever the output length.")
+export_trace(frame.trace_json, key="bt_trace", file_name=f"block_tables_step{step}.json")
+run_seed = seed()  # read here: the prefetch thread has no access to session state
+prefetch_next(lambda s: frame_at(params, run_seed, s), step, last)

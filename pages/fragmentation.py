@@ -1,0 +1,123 @@
+"""Page 3 — Fragmentation: one seeded workload, contiguous reservations vs the paged pool."""
+
+import streamlit as st
+
+from lab.figures.fragmentation import memory_maps, sweep_figure, timeline
+from lab.fragmentation import (FragConfig, FragFrame, MemoryStats, block_size_sweep, paged_replay,
+                               run, trace_json)
+from lab.kv_pool import PoolConfig
+from lab.paged_replay import Request
+from ui.export import export_trace
+from ui.layout import explain, settings, show_figure
+from ui.live_check import live_badge
+from ui.predict import predict
+from ui.sidebar import sidebar
+from ui.state import choice_param, int_param, seed
+from ui.step_controls import step_controls
+
+sidebar()
+st.title("Fragmentation")
+explain(
+    "The server knows a request's prompt length but not how long its answer will be. A "
+    "**contiguous** allocator must reserve prompt + the maximum output in one piece up front: "
+    "what the request never uses is **internal fragmentation**, and free space split into holes "
+    "too small for the next reservation is **external fragmentation**. The **paged** pool below "
+    "has exactly the same bytes but takes a block only when the last one is full, so its only "
+    "waste is the unused tail of each sequence's last block. Both serve the same requests, "
+    "first come, first served."
+)
+
+with settings():
+    left, middle, right = st.columns(3)
+    block_size = choice_param("Block size (tokens per block)", "block_size",
+                              [1, 2, 4, 8, 16, 32, 64], default=16, container=left)
+    pool_slots = int_param("Pool size (token slots, both systems)", "pool_slots", default=768,
+                           min_value=128, max_value=4096, widget="number", container=left)
+    num_requests = int_param("Requests", "requests", default=12, min_value=2, max_value=40,
+                             container=middle)
+    max_output = int_param("Maximum output (what contiguous reserves)", "max_output",
+                           default=160, min_value=8, max_value=1024, widget="number",
+                           container=middle)
+    mean_output = int_param("Typical output length (tokens)", "mean_output", default=48,
+                            min_value=1, max_value=1024, widget="number", container=right,
+                            help="Output lengths are drawn around this, most short and a few "
+                                 "long; the server learns each one only when the request stops.")
+    right.caption("Prompts are 16-96 tokens. The same seed gives the same requests.")
+
+try:
+    cfg = FragConfig(num_requests=num_requests, block_size=block_size,
+                     num_blocks=max(1, pool_slots // block_size), max_output=max_output,
+                     mean_output=mean_output)
+except ValueError as error:
+    st.error(f"These settings cannot run: {error}.", icon=":material/error:")
+    st.stop()
+
+
+@st.cache_data(max_entries=32, show_spinner="Running the workload on both allocators…")
+def frames_for(cfg: FragConfig, seed: int) -> tuple[list[Request], list[FragFrame]]:
+    return run(cfg, seed)
+
+
+requests, frames = frames_for(cfg, seed())
+step = step_controls(len(frames) - 1)
+frame = frames[step]
+bytes_per_token = PoolConfig(block_size=block_size).bytes_per_token
+
+
+def _row(name: str, s: MemoryStats) -> dict:
+    def kib(slots: int) -> str:
+        return f"{slots * bytes_per_token / 1024:,.0f} KiB ({100 * slots / s.capacity:.0f}%)"
+    return {"allocator": name, "running": s.running, "waiting": s.waiting, "done": s.finished,
+            "tokens stored": kib(s.used), "internal frag.": kib(s.internal),
+            "external frag.": kib(s.external), "free": kib(s.free)}
+
+
+c, p = frame.contiguous, frame.paged
+wasted_c, wasted_p = round(c.wasted_pct), round(p.wasted_pct)
+m1, m2, m3, m4 = st.columns(4)
+m1.metric("Running: contiguous", c.running, help="Requests holding memory at this step.")
+m2.metric("Running: paged", p.running, delta=f"{p.running - c.running:+d} vs contiguous",
+          delta_color="normal" if p.running != c.running else "off")
+m3.metric("Wasted: contiguous", f"{wasted_c}%",
+          help="Internal + external fragmentation, as a share of the pool.")
+m4.metric("Wasted: paged", f"{wasted_p}%", delta=f"{wasted_p - wasted_c:+d} points",
+          delta_color="inverse" if wasted_p != wasted_c else "off")
+live_badge("frag_live", (cfg, seed()), lambda: paged_replay(cfg, requests, seed()), step,
+           idle="The paged server runs no request at this step (it has finished them all, or "
+                "none has arrived): no attention to check on its pool.")
+
+show_figure(memory_maps(frame, cfg.capacity, block_size), key="frag_map",
+            file_name="memory_maps")
+st.caption("Solid: slots holding a token's K/V. Pale: reserved or allocated but empty "
+           "(internal fragmentation). Red: free holes too small for the next reservation "
+           f"({frame.next_reservation} slots; external fragmentation). White: free. "
+           "Each request (R0, R1, ...) keeps its colour in both rows.")
+st.dataframe([_row("Contiguous", c), _row("Paged", p)], hide_index=True,
+             width="stretch")
+show_figure(timeline(frames, step), key="frag_timeline", file_name="fragmentation_timeline")
+if frame.preemptions:
+    st.caption(f"The paged server ran out of free blocks {frame.preemptions} time(s) while "
+               "decoding and preempted its youngest request (recompute): admission control "
+               "is still needed, as the guide says.")
+
+st.subheader("The block size is a tradeoff")
+explain(
+    "Smaller blocks leave a smaller empty tail in each sequence's last block, but every "
+    "sequence needs more block-table entries (and the allocator tracks more blocks). Larger "
+    "blocks need fewer entries but waste more. The chart averages every request of this "
+    "workload over every length it passes through.",
+    title="Why the block size matters")
+show_figure(sweep_figure(block_size_sweep(requests), block_size), key="frag_sweep",
+            file_name="block_size_sweep")
+
+peak = max(f.contiguous.running for f in frames)
+predict("frag_peak",
+        f"Each contiguous reservation is prompt (16-96) + {max_output} slots, in a pool of "
+        f"{cfg.capacity} slots. What is the most requests the contiguous server ever runs at "
+        "once in this workload?",
+        answer=peak,
+        explanation=f"The paged pool, with the same bytes, runs up to "
+                    f"{max(f.paged.running for f in frames)} at once: it stores only tokens "
+                    "that exist, plus less than one block of tail per sequence.")
+export_trace(trace_json(cfg, seed(), step), key="frag_trace",
+             file_name=f"fragmentation_step{step}.json")

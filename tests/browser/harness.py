@@ -1,0 +1,158 @@
+"""Drive the running app in headless Chromium: start the server, open pages, wait for Streamlit.
+
+Shared by the browser tests (tests/browser/) and the UI benchmark (bench/ui.py). The browser is
+Debian's system Chromium through Playwright's `executable_path`; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+PORTS = range(8620, 8641)
+VIEWPORT = {"width": 1280, "height": 800}
+START_TIMEOUT_S = 60.0
+SETTLE_TIMEOUT_MS = 60_000
+
+# While a script run is in progress the app root says so (the "Running" status widget may
+# only appear after a delay); elements from before the run carry data-stale until redrawn, and
+# elements announced but not yet drawn show as skeletons.
+RUNNING = '[data-testid="stApp"]:not([data-test-script-state="notRunning"])'
+STALE = '[data-stale="true"], [data-testid="stMain"] [data-testid="stSkeleton"]'
+EXCEPTION = '[data-testid="stException"]'
+IDLE_JS = f"() => !document.querySelector('{RUNNING}') && !document.querySelector('{STALE}')"
+
+
+def venv_python() -> str:
+    candidate = ROOT / ".venv" / "bin" / "python"
+    return str(candidate) if candidate.exists() else sys.executable
+
+
+def free_port(ports: range = PORTS) -> int:
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@contextmanager
+def serve_app(log_path: Path) -> Iterator[str]:
+    """Run `streamlit run app.py` on a free localhost port; yield its URL; stop it after."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [venv_python(), "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--server.headless", "true",
+             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _healthy(url):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not start on {url}:\n"
+                                   f"{log_path.read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+def launch_chromium(playwright):
+    """Headless system Chromium (the caller checks CHROMIUM exists)."""
+    return playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                      args=CHROMIUM_ARGS)
+
+
+def wait_settled(page, *, start_grace_ms: int = 250, quiet_ms: int = 300) -> None:
+    """Wait until Streamlit has finished the current script run and redrawn everything.
+
+    A run may start a moment after the triggering click, so first give the "Running" status a
+    short chance to appear; then wait until it is gone and no element is stale, and stays so
+    for `quiet_ms` (a page may rerun itself right after its first run).
+    """
+    try:
+        page.wait_for_selector(RUNNING, state="attached", timeout=start_grace_ms)
+    except Exception:  # noqa: BLE001 (playwright's TimeoutError: the run may already be over)
+        pass
+    while True:
+        page.wait_for_function(IDLE_JS, timeout=SETTLE_TIMEOUT_MS)
+        page.wait_for_timeout(quiet_ms)
+        if page.evaluate(IDLE_JS):
+            return
+
+
+def open_page(page, url: str) -> None:
+    """Load a page of the app and wait for its first run to finish."""
+    page.goto(url, wait_until="domcontentloaded")
+    page.wait_for_selector('[data-testid="stSidebar"]', timeout=SETTLE_TIMEOUT_MS)
+    page.wait_for_selector('[data-testid="stMainBlockContainer"] h1',
+                           timeout=SETTLE_TIMEOUT_MS)
+    wait_settled(page, start_grace_ms=1000)
+
+
+def exceptions(page) -> list[str]:
+    """Texts of every Streamlit exception box on the page (empty when all is well)."""
+    return [e.inner_text() for e in page.query_selector_all(EXCEPTION)]
+
+
+STEP_THUMB = '.st-key-step [data-testid="stSliderThumbValue"]'
+
+
+def current_step(page, *, wait: bool = True) -> int | None:
+    """The value the step slider shows (waiting for it to be drawn), or None without one."""
+    if wait:
+        page.wait_for_selector(STEP_THUMB, timeout=SETTLE_TIMEOUT_MS)
+    thumb = page.query_selector(STEP_THUMB)
+    return None if thumb is None else int(thumb.inner_text())
+
+
+def click_control(page, control: str) -> None:
+    """Click a step control: "reset", "back", "forward" or "play" (by its widget key)."""
+    page.locator(f".st-key-step_{control} button:visible").first.click()
+
+
+def screenshot(page, directory: Path, name: str, *, full: bool = True) -> Path:
+    """Save a PNG of the page. Streamlit scrolls inside its main pane, so for the whole page
+    the viewport is stretched to the pane's height for the shot, then restored."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.png"
+    size = page.viewport_size
+    if full:
+        height = page.evaluate(
+            "() => document.querySelector('[data-testid=\"stMain\"]')?.scrollHeight ?? 0")
+        page.set_viewport_size({"width": size["width"], "height": max(size["height"], height)})
+        page.wait_for_timeout(400)  # let plotly re-lay out its charts
+    page.screenshot(path=str(path))
+    if full:
+        page.set_viewport_size(size)
+    return path

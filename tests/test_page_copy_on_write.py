@@ -1,0 +1,74 @@
+"""The Copy-on-write page from the entry point: ref counts, copies and memory follow the engine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from lab.beams import BranchConfig, run
+from lab.figures.blocks import HIGHLIGHT_COLOR
+
+PAGE = "pages/copy_on_write.py"
+
+
+@pytest.fixture
+def open_page(open_app_page):
+    return lambda **query: open_app_page(PAGE, **query)
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: str(m.value) for m in at.metric}
+
+
+def expected(frame) -> dict[str, str]:
+    shared = sum(b.ref_count > 1 for b in frame.snapshot.blocks)
+    return {"Live branches": str(len(frame.live)), "Blocks in use": str(frame.blocks_used),
+            "Shared blocks (ref count > 1)": str(shared),
+            "Block copies so far": str(frame.copies)}
+
+
+def pool_figure(at: AppTest) -> dict:
+    return next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                if "cow_pool" in c.proto.id)
+
+
+def test_step_back_reset_follow_the_engine(open_page) -> None:
+    frames = run(BranchConfig(), 0)
+    at = open_page()
+    assert not at.exception and not at.error
+    assert metrics(at) == expected(frames[0]) and metrics(at)["Blocks in use"] == "2"
+    at.button(key="step_forward").click().run()
+    assert metrics(at) == expected(frames[1])
+    # The copy is on screen: the shared source block and the three copies are outlined.
+    outlined = [s for s in pool_figure(at)["layout"]["shapes"]
+                if s.get("line", {}).get("color") == HIGHLIGHT_COLOR]
+    assert len(outlined) == 4
+    assert any("copy-on-write copies it to block(s) **2, 3, 4**" in m.value for m in at.markdown)
+    assert any(m.value.startswith(":green-badge[") for m in at.markdown)
+    at.button(key="step_forward").click().run()
+    at.button(key="step_back").click().run()
+    assert metrics(at) == expected(frames[1])
+    at.button(key="step_reset").click().run()
+    assert metrics(at) == expected(frames[0])
+    assert not at.exception
+
+
+def test_link_restores_beam_search(open_page) -> None:
+    query = dict(mode="Beam search", branches="3", prompt_len="20", block_size="8", step="4",
+                 seed="2")
+    frames = run(BranchConfig(mode="beam", num_branches=3, prompt_len=20, block_size=8), 2)
+    at = open_page(**query)
+    assert not at.exception
+    assert metrics(at) == expected(frames[4])
+    link = at.sidebar.get("code")[0].value
+    for name, value in query.items():
+        assert f"{name}={value.replace(' ', '+')}" in link
+
+
+def test_pool_too_small_shows_a_message(open_page) -> None:
+    at = open_page(branches="8", prompt_len="128", new_tokens="48", num_blocks="8")
+    assert not at.exception
+    assert "cannot run" in at.error[0].value and "the pool has 8" in at.error[0].value
+    assert not at.get("plotly_chart")

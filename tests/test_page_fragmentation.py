@@ -1,0 +1,70 @@
+"""The Fragmentation page from the entry point: counters follow the engine, links restore."""
+
+from __future__ import annotations
+
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from lab.fragmentation import FragConfig, run
+
+PAGE = "pages/fragmentation.py"
+
+
+@pytest.fixture
+def open_page(open_app_page):
+    return lambda **query: open_app_page(PAGE, **query)
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: str(m.value) for m in at.metric}
+
+
+def expected(frame) -> dict[str, str]:
+    c, p = frame.contiguous, frame.paged
+    return {"Running: contiguous": str(c.running), "Running: paged": str(p.running),
+            "Wasted: contiguous": f"{round(100 * (c.internal + c.external) / c.capacity)}%",
+            "Wasted: paged": f"{round(100 * (p.internal + p.external) / p.capacity)}%"}
+
+
+def badges(at: AppTest) -> list[str]:
+    return [m.value for m in at.markdown if "badge[" in m.value]
+
+
+def test_step_back_reset_follow_the_engine(open_page) -> None:
+    _, frames = run(FragConfig(), 0)
+    at = open_page()
+    assert not at.exception and not at.error
+    assert metrics(at) == expected(frames[0])
+    assert at.slider(key="step").max == len(frames) - 1
+    for step in (1, 2):
+        at.button(key="step_forward").click().run()
+        assert metrics(at) == expected(frames[step])
+    assert badges(at) and badges(at)[0].startswith(":green-badge[")
+    at.button(key="step_back").click().run()
+    assert metrics(at) == expected(frames[1])
+    at.slider(key="step").set_value(40).run()  # scrub
+    assert metrics(at) == expected(frames[40])
+    at.button(key="step_reset").click().run()
+    assert metrics(at) == expected(frames[0])
+    assert not at.exception
+
+
+def test_link_restores_the_same_state(open_page) -> None:
+    query = dict(block_size="8", requests="10", max_output="200", step="15", seed="3")
+    cfg = FragConfig(num_requests=10, block_size=8, num_blocks=768 // 8, max_output=200)
+    _, frames = run(cfg, 3)
+    first = open_page(**query)
+    assert not first.exception
+    assert metrics(first) == expected(frames[15])
+    assert first.slider(key="step").value == 15
+    link = first.sidebar.get("code")[0].value
+    for name, value in query.items():
+        assert f"{name}={value}" in link
+
+
+def test_impossible_settings_show_a_message(open_page) -> None:
+    at = open_page(pool_slots="128", max_output="1000")
+    assert not at.exception
+    assert "cannot run" in at.error[0].value and "holds only 128" in at.error[0].value
+    assert not at.get("plotly_chart")

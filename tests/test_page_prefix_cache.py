@@ -1,0 +1,64 @@
+"""The Prefix cache page from the entry point: hits, cached blocks, evictions follow the engine."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from lab.prefix_scenario import PrefixConfig, run
+
+PAGE = "pages/prefix_cache.py"
+
+
+@pytest.fixture
+def open_page(open_app_page):
+    return lambda **query: open_app_page(PAGE, **query)
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: str(m.value) for m in at.metric}
+
+
+def expected(frame, num_blocks: int = 16) -> dict[str, str]:
+    usage = frame.snapshot.usage
+    return {"Hit rate (prompt tokens)": f"{100 * frame.hit_rate:.0f}%",
+            "Blocks in use": f"{usage.blocks_used} / {num_blocks}",
+            "Free but cached": str(usage.blocks_cached_free),
+            "Evictions so far": str(frame.evictions)}
+
+
+def test_step_back_reset_follow_the_engine(open_page) -> None:
+    frames = run(PrefixConfig(), 0)
+    at = open_page(step="1")
+    assert not at.exception and not at.error
+    assert metrics(at) == expected(frames[1])
+    at.button(key="step_forward").click().run()
+    assert metrics(at) == expected(frames[2])
+    assert frames[2].admissions[0].hit_tokens == 16  # the second request reuses two blocks
+    assert any("16 tokens found in the cache" in m.value for m in at.markdown)
+    assert any(m.value.startswith(":green-badge[") for m in at.markdown)
+    at.button(key="step_back").click().run()
+    assert metrics(at) == expected(frames[1])
+    at.button(key="step_reset").click().run()
+    assert metrics(at) == expected(frames[0])
+    assert not at.exception
+
+
+def test_link_restores_a_state_with_evictions(open_page) -> None:
+    query = dict(num_blocks="10", requests="10", step="18", seed="1")
+    cfg = PrefixConfig(num_requests=10, num_blocks=10)
+    frames = run(cfg, 1)
+    assert frames[18].evictions > 0
+    at = open_page(**query)
+    assert not at.exception
+    assert metrics(at) == expected(frames[18], 10)
+    link = at.sidebar.get("code")[0].value
+    for name, value in query.items():
+        assert f"{name}={value}" in link
+
+
+def test_pool_too_small_shows_a_message(open_page) -> None:
+    at = open_page(num_blocks="4", system_len="64")
+    assert not at.exception
+    assert "cannot run" in at.error[0].value and "pool has 4" in at.error[0].value
+    assert not at.get("plotly_chart")

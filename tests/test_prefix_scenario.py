@@ -1,0 +1,143 @@
+"""Prefix caching scenario: shared system prompts, hash chains, hit rate, LRU eviction."""
+
+import json
+
+import pytest
+
+from lab.paged_replay import Request
+from lab.prefix_scenario import PrefixConfig, PrefixScenario, make_workload, run, trace_json
+
+SYSTEM = tuple(range(100, 116))  # 16 tokens: two full blocks of 8
+
+
+def request(req_id: int, arrival: int, prompt: tuple[int, ...], output_len: int = 2) -> Request:
+    return Request(req_id, arrival, prompt, tuple(range(900, 900 + output_len)))
+
+
+def scenario(requests: list[Request], num_blocks: int = 16, store_kv: bool = False):
+    cfg = PrefixConfig(num_requests=len(requests), block_size=8, num_blocks=num_blocks,
+                       system_len=16, question_max=8, output_max=2)
+    return PrefixScenario(cfg, 0, store_kv, workload=(requests, [0] * len(requests)))
+
+
+def drive(s: PrefixScenario) -> list:
+    frames = []
+    while not s.done:
+        frames.append(s.advance())
+    return frames
+
+
+def test_second_request_hits_the_shared_full_blocks_only():
+    a = request(0, 0, SYSTEM + (1, 2, 3, 4, 5))  # 21 tokens: 2 full blocks + 5
+    b = request(1, 1, SYSTEM + (6, 7, 8))  # same system prompt, other question
+    frames = drive(scenario([a, b]))
+    first, second = frames[0].admissions[0], frames[1].admissions[0]
+    assert first.hit_tokens == 0
+    assert [link.status for link in first.chain] == ["miss", "miss", "partial"]
+    assert second.hit_tokens == 16
+    assert [link.status for link in second.chain] == ["hit", "hit", "partial"]
+    assert [link.block_id for link in second.chain[:2]] == [link.block_id
+                                                            for link in first.chain[:2]]
+    # The chain: each hash names its parent.
+    assert second.chain[0].parent is None
+    assert second.chain[1].parent == second.chain[0].block_hash
+    shared = second.chain[0].block_id
+    assert frames[1].snapshot.blocks[shared].ref_count == 2
+    assert (frames[1].hit_tokens, frames[1].query_tokens) == (16, 21 + 19)
+
+
+def test_the_last_prompt_token_is_never_taken_from_the_cache():
+    a = request(0, 0, SYSTEM + (1, 2))
+    exact = request(1, 1, SYSTEM)  # exactly two full blocks, both cached
+    frames = drive(scenario([a, exact]))
+    admission = frames[1].admissions[0]
+    assert admission.hit_tokens == 8  # (16 - 1) // 8 = 1 block may hit
+    assert [link.status for link in admission.chain] == ["hit", "last"]
+
+
+def test_finished_requests_leave_cached_free_blocks_that_later_requests_revive():
+    a = request(0, 0, SYSTEM + (1,), output_len=1)
+    b = request(1, 3, SYSTEM + (2,))
+    frames = drive(scenario([a, b]))
+    after_a = frames[1]  # a decoded its one token at step 1 and finished
+    assert after_a.report.finished == [0]
+    assert after_a.snapshot.usage.blocks_used == 0
+    assert after_a.snapshot.usage.blocks_cached_free == 2  # the two system-prompt blocks
+    revived = frames[3]
+    assert revived.admissions[0].hit_tokens == 16
+    assert [e.kind for e in revived.events].count("hit") == 2
+    assert revived.evictions == 0
+
+
+def test_lru_eviction_under_pressure():
+    # 5 blocks. a1 (18 tokens, blocks 0 1 2) frees its tail first: free queue 3 4 2 1 0, with
+    # 0 and 1 still cached. b needs 4 fresh blocks: 3 4 2 1, so cached block 1 (the second
+    # system-prompt block) is evicted and block 0 survives: a2 hits 8 tokens, not 16.
+    other = tuple(range(300, 316))
+    a1 = request(0, 0, SYSTEM + (1,), output_len=1)
+    b = request(1, 2, other + (2, 3, 4, 5, 6, 7, 8, 9, 10, 11), output_len=1)
+    a2 = request(2, 4, SYSTEM + (5,))
+    frames = drive(scenario([a1, b, a2], num_blocks=5))
+    assert frames[1].snapshot.usage.blocks_cached_free == 2
+    b_admit = frames[2]
+    evicted = [e.block_id for e in b_admit.events if e.kind == "evict"]
+    assert evicted == [1] and b_admit.evictions == 1
+    assert b_admit.snapshot.free_queue == (0,)
+    a2_admit = next(f for f in frames if f.admissions and f.admissions[0].req_id == 2)
+    assert a2_admit.admissions[0].hit_tokens == 8
+    assert [link.status for link in a2_admit.admissions[0].chain] == ["hit", "miss", "partial"]
+
+
+def test_seeded_run_counts_and_invariants():
+    cfg = PrefixConfig()
+    frames = run(cfg, 0)
+    assert frames == run(cfg, 0)
+    assert len(frames) == 20
+    last = frames[-1]
+    assert (last.hit_tokens, last.query_tokens) == (96, 210)
+    assert last.hit_rate == pytest.approx(96 / 210)
+    assert last.evictions == 3
+    for f in frames:
+        u = f.snapshot.usage
+        assert u.blocks_used + u.blocks_free == cfg.num_blocks
+        assert u.blocks_cached_free <= u.blocks_free
+        for a in f.admissions:
+            assert a.hit_tokens % cfg.block_size == 0
+            assert a.hit_tokens <= (a.prompt_len - 1) // cfg.block_size * cfg.block_size
+
+
+def test_workload_shares_system_prompts():
+    cfg = PrefixConfig(num_requests=12, num_apps=3)
+    requests, apps = make_workload(cfg, 4)
+    by_app: dict[int, set] = {}
+    for r, app in zip(requests, apps):
+        by_app.setdefault(app, set()).add(r.prompt[:cfg.system_len])
+    assert all(len(prompts) == 1 for prompts in by_app.values())
+    assert len({next(iter(p)) for p in by_app.values()}) == len(by_app)
+
+
+def test_real_pool_matches_and_kernel_agrees():
+    a = request(0, 0, SYSTEM + (1, 2, 3), output_len=3)
+    b = request(1, 1, SYSTEM + (4, 5))
+    real = scenario([a, b], store_kv=True)
+    for frame in drive(scenario([a, b]))[:2]:
+        assert real.advance().snapshot == frame.snapshot
+    real.manager.check_invariants()
+    check = real.check_attention()
+    assert check is not None and check.ok and check.num_seqs == 2
+
+
+def test_bad_config_says_what_is_wrong():
+    with pytest.raises(ValueError, match="grow to 38 tokens, 5 blocks.*pool has 4"):
+        PrefixConfig(num_blocks=4)
+    with pytest.raises(ValueError, match="question_min"):
+        PrefixConfig(question_min=9, question_max=3)
+
+
+def test_trace_export_replays_to_the_same_events():
+    trace = json.loads(trace_json(PrefixConfig(), 0, 6))
+    assert trace["meta"]["step"] == 6 and trace["meta"]["page"] == "prefix_cache"
+    frames = run(PrefixConfig(), 0)
+    hits = [e for e in trace["events"] if e["kind"] == "hit"]
+    assert len(hits) * 8 == frames[6].hit_tokens  # one event per cached block reused
+    assert max(e["step"] for e in trace["events"]) == 6

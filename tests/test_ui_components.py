@@ -1,0 +1,172 @@
+"""The shared UI components, each in a tiny app: step controls, link state, classroom mode,
+predict-then-reveal."""
+
+from __future__ import annotations
+
+from streamlit.testing.v1 import AppTest
+
+TIMEOUT = 60
+
+
+def _step_app() -> None:
+    import streamlit as st
+
+    from ui.sidebar import sidebar
+    from ui.step_controls import step_controls
+
+    sidebar()
+    st.title("steps")
+    st.session_state["_ui_current_page"] = st.session_state.get("test_page", "a")  # as app.py
+    shown = step_controls(st.session_state.get("test_last", 5))
+    st.text(f"shown={shown}")
+
+
+def _shown(at: AppTest) -> int:
+    return int(at.text[0].value.removeprefix("shown="))
+
+
+def _step_test(**query: str) -> AppTest:
+    at = AppTest.from_function(_step_app, default_timeout=TIMEOUT)
+    for name, value in query.items():
+        at.query_params[name] = value
+    return at.run()
+
+
+def test_step_back_reset_and_scrub() -> None:
+    at = _step_test()
+    assert _shown(at) == 0 and at.button(key="step_back").disabled
+    for _ in range(3):
+        at.button(key="step_forward").click().run()
+    assert _shown(at) == 3
+    at.button(key="step_back").click().run()
+    assert _shown(at) == 2
+    at.slider(key="step").set_value(5).run()
+    assert _shown(at) == 5 and at.button(key="step_forward").disabled
+    at.button(key="step_reset").click().run()
+    assert _shown(at) == 0
+    assert not at.exception
+
+
+def test_step_is_clamped_when_the_range_shrinks() -> None:
+    at = _step_test()
+    at.slider(key="step").set_value(5).run()
+    at.session_state["test_last"] = 2
+    at.run()
+    assert _shown(at) == 2
+    at.session_state["test_last"] = 0  # nothing to step through: no slider, buttons off
+    at.run()
+    assert _shown(at) == 0 and not at.slider and at.button(key="step_play").disabled
+
+
+def test_another_page_starts_at_step_zero() -> None:
+    at = _step_test()
+    at.slider(key="step").set_value(4).run()
+    at.run()
+    assert _shown(at) == 4  # same page: the step stays
+    at.session_state["test_page"] = "b"
+    at.run()
+    assert _shown(at) == 0
+
+
+def test_play_advances_one_step_per_tick_and_stops_at_the_end() -> None:
+    at = _step_test()
+    at.button(key="step_play").click().run()
+    assert at.button(key="step_play").label == "Pause"
+    for expected in (1, 2):  # what the timer fragment asks for on each tick
+        at.session_state["step_advance"] = True
+        at.run()
+        assert _shown(at) == expected
+    at.slider(key="step").set_value(5).run()  # scrubbing to the end stops playing
+    assert at.button(key="step_play").label == "Play"
+    at.button(key="step_play").click().run()  # Play at the end starts over
+    assert _shown(at) == 0 and at.button(key="step_play").label == "Pause"
+    at.button(key="step_forward").click().run()  # a manual step pauses
+    assert at.button(key="step_play").label == "Play"
+
+
+def test_link_restores_step_and_rejects_bad_values() -> None:
+    assert _shown(_step_test(step="4")) == 4
+    at = _step_test(step="99")
+    assert _shown(at) == 0
+    assert "step=99" in at.warning[0].value and "0 to 5" in at.warning[0].value
+
+
+def _params_app() -> None:
+    import streamlit as st
+
+    from ui.layout import explain, settings
+    from ui.sidebar import sidebar
+    from ui.state import choice_param, float_param, int_param, share_url
+
+    sidebar()
+    st.title("params")
+    with settings():
+        size = int_param("Block size", "block_size", default=16, min_value=1, max_value=64)
+        ratio = float_param("Ratio", "ratio", default=0.5, min_value=0.0, max_value=1.0,
+                            step=0.1)
+        mode = choice_param("Mode", "mode", ["grid", "list"], default="grid")
+    explain("Some teaching text.")
+    st.text(f"size={size} ratio={ratio} mode={mode}")
+    st.text(share_url())
+
+
+def _params_test(**query: str) -> AppTest:
+    at = AppTest.from_function(_params_app, default_timeout=TIMEOUT)
+    for name, value in query.items():
+        at.query_params[name] = value
+    return at.run()
+
+
+def test_params_come_from_the_link_and_go_into_the_copy_link() -> None:
+    at = _params_test(block_size="32", mode="list", seed="7")
+    assert at.text[0].value == "size=32 ratio=0.5 mode=list"
+    link = at.text[1].value
+    for part in ("seed=7", "block_size=32", "ratio=0.5", "mode=list"):
+        assert part in link
+    assert at.sidebar.get("code")[0].value == link  # the sidebar's copy-link box
+    at.slider(key="block_size").set_value(8).run()
+    assert "block_size=8" in at.text[1].value
+
+
+def test_bad_link_values_show_a_message_not_a_traceback() -> None:
+    at = _params_test(block_size="abc", mode="table")
+    assert at.text[0].value == "size=16 ratio=0.5 mode=grid"
+    messages = " ".join(w.value for w in at.warning)
+    assert "block_size=abc" in messages and "mode=table" in messages
+    assert not at.exception
+
+
+def test_classroom_mode_collapses_text_and_loads_large_styles() -> None:
+    normal = _params_test()
+    assert not normal.expander and normal.markdown[0].value == "Some teaching text."
+    at = _params_test(classroom="1")
+    assert at.toggle(key="classroom_mode").value is True
+    assert {e.label for e in at.expander} >= {"Settings", "Explanation"}
+    assert "font-size: 2.8rem" in at.get("html")[0].value  # classroom.css is loaded
+    assert "classroom=1" in at.text[1].value
+    at.toggle(key="classroom_mode").set_value(False).run()
+    assert not at.expander and "classroom" not in at.query_params
+
+
+def _predict_app() -> None:
+    import streamlit as st
+
+    from ui.predict import predict
+
+    def costly_answer() -> int:  # counts its calls: it must run only once asked
+        st.session_state["answer_calls"] = st.session_state.get("answer_calls", 0) + 1
+        return 3
+
+    predict("q", "How many blocks hold 33 tokens of 16?", answer=costly_answer,
+            explanation="Round up.")
+
+
+def test_predict_then_reveal() -> None:
+    at = AppTest.from_function(_predict_app, default_timeout=TIMEOUT).run()
+    assert not at.success and not at.error and "answer_calls" not in at.session_state
+    at.number_input(key="q_guess").set_value(2).run()
+    at.button(key="q_check").click().run()
+    assert "engine says **3**" in at.error[0].value
+    at.number_input(key="q_guess").set_value(3).run()
+    at.button(key="q_check").click().run()
+    assert at.success[0].value.startswith("Right: **3**")

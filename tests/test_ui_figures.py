@@ -1,0 +1,70 @@
+"""The block figures: built without plotly's validation, so check they are already valid,
+canonical plotly JSON (what plotly.js receives), and that they show what the snapshot says."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import pytest
+
+from lab.figures.blocks import block_table_figure, pool_grid, token_strip
+from lab.walkthrough import WalkParams, replay_walk
+from ui.layout import _scaled
+
+PARAMS = WalkParams(block_size=4, prompt_len=6, output_len=5, num_requests=3, num_blocks=20,
+                    head_dim=16)
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return replay_walk(PARAMS, 0, 6)
+
+
+def canonical(fig: go.Figure) -> dict:
+    spec = fig.to_dict()
+    spec["layout"].pop("template", None)
+    return spec
+
+
+@pytest.mark.parametrize("build", [token_strip, block_table_figure, pool_grid])
+def test_figures_are_valid_plotly_as_built(frame, build) -> None:
+    fig = build(frame.snapshot, frame.seq_names)
+    validated = go.Figure(fig.to_dict())  # raises on an unknown property
+    assert canonical(validated) == canonical(fig)  # no shorthand left for plotly.js to miss
+    assert canonical(go.Figure(_scaled(fig, 1.5, 1.5).to_dict())) == canonical(
+        _scaled(fig, 1.5, 1.5))
+
+
+def test_block_table_cells_are_the_physical_ids(frame) -> None:
+    fig = block_table_figure(frame.snapshot, frame.seq_names)
+    for trace, seq in zip(fig.data, frame.snapshot.sequences):
+        assert [int(t) for t in trace.text[0]] == list(seq.block_table)
+
+
+def test_token_strip_marks_tokens_and_tail(frame) -> None:
+    fig = token_strip(frame.snapshot, frame.seq_names)
+    for trace, seq in zip(fig.data, frame.snapshot.sequences):
+        cells = trace.z[0]
+        assert len(cells) == len(seq.block_table) * PARAMS.block_size
+        assert sum(c == 2 for c in cells) == len(cells) - seq.num_tokens  # the unused tail
+
+
+def test_pool_grid_labels_every_block_and_highlights(frame) -> None:
+    table = frame.snapshot.sequences[0].block_table
+    fig = pool_grid(frame.snapshot, frame.seq_names, highlight=table[:1],
+                    highlight_labels={table[0]: "L0"})
+    texts = fig.data[0].text
+    assert len(texts) == PARAMS.num_blocks
+    assert "L0" in texts[table[0]] and "A" in texts[table[0]]
+    thick = [s for s in fig.layout.shapes if s.line.width == 4]
+    assert len(thick) == 1
+    used = sum(b.state == "used" for b in frame.snapshot.blocks)
+    bars = [s for s in fig.layout.shapes if s.line.width == 0]
+    assert len(bars) == used  # one fill bar per used block
+
+
+def test_classroom_scaling_leaves_the_original(frame) -> None:
+    fig = token_strip(frame.snapshot, frame.seq_names)
+    big = _scaled(fig, 2.0, 1.5)
+    assert big.layout.font.size == 2 * fig.layout.font.size
+    assert big.layout.height == int(1.5 * fig.layout.height)
+    assert fig.layout.font.size == 15

@@ -1,0 +1,66 @@
+"""Layout helpers that adapt a page to classroom mode.
+
+* `explain(md)`: explanatory text; shown normally, collapsed into an expander in classroom mode.
+* `settings()`: a container for a page's parameter widgets; collapsed in classroom mode so only
+  the step controls stay in view.
+* `show_figure(fig, key)`: draws a plotly figure, larger in classroom mode, with the toolbar's
+  "download as PNG" button.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from ui.state import is_classroom
+
+CLASSROOM_FONT_SCALE = 1.45
+CLASSROOM_HEIGHT_SCALE = 1.35
+
+
+def explain(md: str, *, title: str = "Explanation") -> None:
+    """Teaching text: visible normally, one click away in classroom mode."""
+    if is_classroom():
+        with st.expander(title, expanded=False):
+            st.markdown(md)
+    else:
+        st.markdown(md)
+
+
+def settings(title: str = "Settings") -> Any:
+    """Where a page puts its parameter widgets: `with settings(): ...`."""
+    if is_classroom():
+        return st.expander(title, expanded=False)
+    return st.container(border=True)
+
+
+def show_figure(fig: go.Figure, key: str, *, file_name: str | None = None) -> None:
+    """Draw a figure; in classroom mode scale its fonts and height for a projector."""
+    if is_classroom():
+        fig = _scaled(fig, CLASSROOM_FONT_SCALE, CLASSROOM_HEIGHT_SCALE)
+    config = {"displaylogo": False,
+              "toImageButtonOptions": {"format": "png", "filename": file_name or key, "scale": 2}}
+    st.plotly_chart(fig, key=key, config=config, theme=None)
+
+
+def _scaled(fig: go.Figure, font_scale: float, height_scale: float) -> go.Figure:
+    """A copy of `fig` with every font size and the height multiplied (edited as plain dicts:
+    rebuilding a validated figure would cost more than drawing it)."""
+    spec = fig.to_dict()  # a deep copy: the caller's figure stays as it was
+    layout = spec.setdefault("layout", {})
+    base = layout.get("font", {}).get("size", 14)
+    layout.setdefault("font", {})["size"] = base * font_scale
+    for annotation in layout.get("annotations", []):
+        font = annotation.setdefault("font", {})
+        font["size"] = font.get("size", base) * font_scale
+    for trace in spec.get("data", []):
+        size = trace.get("textfont", {}).get("size")
+        if isinstance(size, (list, tuple)):
+            trace["textfont"]["size"] = [v * font_scale for v in size]
+        elif size is not None:
+            trace["textfont"]["size"] = size * font_scale
+    if layout.get("height"):
+        layout["height"] = int(layout["height"] * height_scale)
+    return go.Figure(spec, _validate=False)

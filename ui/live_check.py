@@ -1,0 +1,36 @@
+"""The kernel check of an animated page whose figures come from a fast allocator-only run.
+
+The page's scenario is rebuilt on the real KV pool (`store_kv=True`) and kept per user in
+`st.session_state` (a `lab.live_run.LiveRun`): Step costs one more step on the pool, Back or a
+jump rebuilds it from the seed. Then the Triton kernel and dense attention run on that pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+
+import streamlit as st
+
+from lab.attention_check import AttentionCheck
+from lab.live_run import LiveRun, Scenario
+from ui.attention_check import attention_badge
+
+
+def live_check(key: str, params: Hashable, make: Callable[[], Scenario],
+               step: int) -> AttentionCheck | None:
+    """Run the page's scenario on the real pool up to `step`, then the kernel check."""
+    live = st.session_state.get(key)
+    if not isinstance(live, LiveRun) or live.key != params:
+        live = st.session_state[key] = LiveRun(params, make)
+    with st.spinner("Running the paged-attention kernel on the real KV pool…"):
+        return live.check(step)
+
+
+def live_badge(key: str, params: Hashable, make: Callable[[], Scenario], step: int,
+               idle: str = "No sequence is running at this step: no attention to check.") -> None:
+    """The shared kernel-vs-dense badge for `step`, or a caption when nothing runs."""
+    check = live_check(key, params, make, step)
+    if check is None:
+        st.caption(idle)
+    else:
+        attention_badge(check)

@@ -1,0 +1,137 @@
+"""The step controls of every animated page: Reset, Back, Step, Play/Pause, speed and a scrubber.
+
+Contract with the page: the page owns a pure function ``replay(params, seed, step) -> state``
+that rebuilds the state at any step from the seed (cache it with ``st.cache_data``). The
+controls only decide *which* step to show, so Back and scrubbing are exact by construction::
+
+    step = step_controls(last_step=state_count - 1)
+    state = replay(params, seed(), step)
+
+The step is the value of a slider bound to the ``step`` query parameter, so a copied link
+reopens the same step. Play advances one step per tick with a fragment that reruns on a timer
+(``st.fragment(run_every=...)``): while playing, that fragment is drawn with the chosen
+interval; each tick flags one advance and reruns the whole page, which applies it before any
+widget is drawn. Pausing (or reaching the last step) stops drawing the fragment, which stops
+the timer.
+
+Keyboard: Right = Step, Left = Back, Home = Reset, P = Play/Pause.
+
+`prefetch_next(compute, step, last_step)` (call it at the end of the page) computes the next
+step in a background thread while the learner looks at this one, so that when `compute` is a
+cached replay, the next Step only has to draw.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import streamlit as st
+
+from ui.state import CURRENT_PAGE, check_link_value, register
+
+SPEEDS = {"0.5×": 2.0, "1×": 1.0, "2×": 0.5, "4×": 0.25}  # label -> seconds per step
+DEFAULT_SPEED = "2×"
+
+
+def step_controls(last_step: int, *, key: str = "step") -> int:
+    """Draw the controls for steps 0..last_step and return the step to show."""
+    if last_step < 0:
+        raise ValueError(f"last_step must be >= 0, got {last_step}")
+    playing_key, advance_key, page_key = f"{key}_playing", f"{key}_advance", f"{key}_page"
+    page = st.session_state.get(CURRENT_PAGE)
+    if st.session_state.get(page_key) != page:  # another page's step: start this one at 0
+        st.session_state[page_key] = page
+        st.session_state[playing_key] = False
+        if key in st.session_state and key not in st.query_params:
+            st.session_state[key] = 0
+    if st.session_state.pop(advance_key, False):
+        st.session_state[key] = min(int(st.session_state.get(key) or 0) + 1, last_step)
+    current = st.session_state.get(key)
+    if current is not None and not 0 <= current <= last_step:  # the range shrank
+        st.session_state[key] = min(max(int(current), 0), last_step)
+
+    with st.container(key=f"{key}_controls"):
+        buttons = st.container()
+        if last_step > 0:
+            check_link_value(key, int, lambda v: 0 <= v <= last_step,
+                             f"a step from 0 to {last_step}")
+            # No value=: the default is min_value (0), and the buttons set the value through
+            # session state, which Streamlit would flag next to an explicit default.
+            step = int(st.slider(f"Step (0 to {last_step})", min_value=0, max_value=last_step,
+                                 step=1, key=key, bind="query-params",
+                                 help="Drag to jump to any step; every step is replayed "
+                                      "exactly from the seed."))
+        else:
+            step = 0
+        if step >= last_step:
+            st.session_state[playing_key] = False
+        playing = bool(st.session_state.get(playing_key, False))
+        with buttons:
+            _buttons(key, step, last_step, playing)
+    register(key, step)
+    if playing:
+        _ticker(key, SPEEDS[st.session_state.get(f"{key}_speed", DEFAULT_SPEED)])
+    return step
+
+
+def _buttons(key: str, step: int, last_step: int, playing: bool) -> None:
+    reset, back, forward, play, speed = st.columns([1, 1, 1, 1, 1.6],
+                                                   vertical_alignment="bottom")
+    reset.button("Reset", key=f"{key}_reset", icon=":material/first_page:", on_click=_move,
+                 args=(key, -last_step, last_step), disabled=step == 0, shortcut="Home",
+                 help="Back to step 0 (Home)")
+    back.button("Back", key=f"{key}_back", icon=":material/chevron_left:", on_click=_move,
+                args=(key, -1, last_step), disabled=step == 0, shortcut="Left",
+                help="One step back (Left arrow)")
+    forward.button("Step", key=f"{key}_forward", icon=":material/chevron_right:",
+                   icon_position="right", on_click=_move, args=(key, 1, last_step),
+                   disabled=step >= last_step, type="primary", shortcut="Right",
+                   help="One step forward (Right arrow)")
+    play.button("Pause" if playing else "Play", key=f"{key}_play",
+                icon=":material/pause:" if playing else ":material/play_arrow:",
+                on_click=_toggle_play, args=(key, step, last_step), disabled=last_step == 0,
+                shortcut="P", help="Advance one step per tick until the last step (P)")
+    speed.select_slider("Play speed", options=list(SPEEDS), value=DEFAULT_SPEED,
+                        key=f"{key}_speed",
+                        help="1× is one step per second (slower if a step takes longer to "
+                             "compute)")
+
+
+def _move(key: str, delta: int, last_step: int) -> None:
+    step = int(st.session_state.get(key) or 0) + delta
+    st.session_state[key] = min(max(step, 0), last_step)
+    st.session_state[f"{key}_playing"] = False
+
+
+def _toggle_play(key: str, step: int, last_step: int) -> None:
+    playing_key = f"{key}_playing"
+    start = not st.session_state.get(playing_key, False)
+    st.session_state[playing_key] = start
+    if start and step >= last_step:
+        st.session_state[key] = 0  # Play at the end starts over
+
+
+def _ticker(key: str, interval: float) -> None:
+    """While playing: a fragment on a timer that asks for one advance per tick."""
+    armed_key = f"{key}_tick_armed"
+    st.session_state[armed_key] = False  # the fragment's inline run below is not a tick
+
+    @st.fragment(run_every=interval)
+    def tick() -> None:
+        if not st.session_state.get(armed_key):
+            st.session_state[armed_key] = True
+            return
+        if st.session_state.get(f"{key}_playing"):
+            st.session_state[f"{key}_advance"] = True
+            st.rerun()
+
+    tick()
+
+
+def prefetch_next(compute: Callable[[int], object], step: int, last_step: int) -> None:
+    """Warm the cache for step + 1 in the background (`compute` must be cached, e.g. with
+    st.cache_data, and must not touch Streamlit elements)."""
+    if step < last_step:
+        threading.Thread(target=compute, args=(step + 1,),
+                         name=f"prefetch-step-{step + 1}").start()
