@@ -118,13 +118,33 @@ class KVCacheManager:
         keys, values: [num_layers, n, num_kv_heads, head_dim]. Writes continue where the
         sequence's K/V ends. Blocks that become full are registered in the prefix cache.
         """
-        if self.pool is None:
-            raise KVCacheError("this manager stores no K/V (store_kv=False): use commit()")
         seq = self._get(seq_id)
         n = keys.shape[1] if keys.dim() == 4 else -1
         self._check_continues(seq, start, n)
-        self.pool.write(seq.slots(start, start + n), keys, values)
-        self.commit(seq_id, start + n)
+        self._store([(seq, start + n)], keys, values)
+
+    def write_batch(self, seq_ids: list[int], keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Store the K/V of every listed sequence's unwritten positions in one launch.
+
+        keys, values: [num_layers, n, num_kv_heads, head_dim], the sequences' new tokens laid
+        end to end in the order of seq_ids.
+        """
+        seqs = [self._get(i) for i in seq_ids]
+        n = sum(len(s) - s.num_written for s in seqs)
+        if keys.dim() != 4 or keys.shape[1] != n:
+            raise ValueError(f"keys must hold the {n} unwritten positions of sequences "
+                             f"{seq_ids}, got shape {tuple(keys.shape)}")
+        self._store([(s, len(s)) for s in seqs], keys, values)
+
+    def _store(self, spans: list[tuple[Sequence, int]], keys: torch.Tensor,
+               values: torch.Tensor) -> None:
+        """Write positions [num_written, end) of each (sequence, end), then commit them."""
+        if self.pool is None:
+            raise KVCacheError("this manager stores no K/V (store_kv=False): use commit()")
+        slots = [slot for seq, end in spans for slot in seq.slots(seq.num_written, end)]
+        self.pool.write(slots, keys, values)
+        for seq, end in spans:
+            self.commit(seq.seq_id, end)
 
     def commit(self, seq_id: int, upto: int) -> None:
         """Mark K/V of positions [.., upto) as present; newly full blocks join the prefix

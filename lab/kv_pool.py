@@ -46,22 +46,31 @@ class PoolConfig:
 
 
 class KVPool:
+    """K and V for every layer. Each is one tensor holding all layers' blocks end to end, so
+    that a write or a block copy for all layers is one kernel launch (layer l's block b is
+    block l * num_blocks + b of the whole); `key_caches[l]` / `value_caches[l]` are views of
+    one layer, [num_blocks, block_size, num_kv_heads, head_dim], for the attention kernel."""
+
     def __init__(self, config: PoolConfig, device: torch.device | None = None) -> None:
         self.config = config
         self.device = device if device is not None else active_device()
-        shape = (config.num_blocks, config.block_size, config.num_kv_heads, config.head_dim)
-        self.key_caches = [torch.zeros(shape, dtype=config.dtype, device=self.device)
-                           for _ in range(config.num_layers)]
-        self.value_caches = [torch.zeros(shape, dtype=config.dtype, device=self.device)
-                             for _ in range(config.num_layers)]
+        c = config
+        shape = (c.num_layers * c.num_blocks, c.block_size, c.num_kv_heads, c.head_dim)
+        self._keys = torch.zeros(shape, dtype=c.dtype, device=self.device)  # all layers' blocks
+        self._values = torch.zeros(shape, dtype=c.dtype, device=self.device)
+        self.key_caches = list(self._keys.view(c.num_layers, c.num_blocks, *shape[1:]).unbind(0))
+        self.value_caches = list(
+            self._values.view(c.num_layers, c.num_blocks, *shape[1:]).unbind(0))
+        # first block id of each layer inside the whole tensor: [num_layers, 1]
+        self._layer_base = torch.arange(c.num_layers, device=self.device)[:, None] * c.num_blocks
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.key_caches + self.value_caches)
+        return sum(t.numel() * t.element_size() for t in (self._keys, self._values))
 
     def write(self, slot_mapping: list[int] | torch.Tensor, keys: torch.Tensor,
               values: torch.Tensor) -> None:
-        """Store new K/V in their slots, every layer.
+        """Store new K/V in their slots, every layer, in one launch.
 
         keys, values: [num_layers, n, num_kv_heads, head_dim]; slot_mapping: n slots.
         """
@@ -71,16 +80,16 @@ class KVPool:
             if tuple(t.shape) != expected:
                 raise ValueError(f"{name} must have shape {expected}, got {tuple(t.shape)}")
         slots = torch.as_tensor(slot_mapping, dtype=torch.int64, device=self.device)  # [n]
-        for layer in range(c.num_layers):
-            write_kv(self.key_caches[layer], self.value_caches[layer],
-                     keys[layer].to(self.device, c.dtype).contiguous(),
-                     values[layer].to(self.device, c.dtype).contiguous(), slots)
+        all_slots = (slots[None, :] + self._layer_base * c.block_size).reshape(-1)  # [L * n]
+        write_kv(self._keys, self._values,
+                 keys.reshape(-1, c.num_kv_heads, c.head_dim).to(self.device, c.dtype).contiguous(),
+                 values.reshape(-1, c.num_kv_heads, c.head_dim).to(self.device, c.dtype)
+                 .contiguous(), all_slots)
 
     def copy_block(self, src: int, dst: int) -> None:
         """Copy one physical block into another, every layer (copy-on-write, relocation)."""
-        pairs = torch.tensor([[src, dst]], dtype=torch.int64, device=self.device)  # [1, 2]
-        for layer in range(self.config.num_layers):
-            copy_blocks(self.key_caches[layer], self.value_caches[layer], pairs)
+        pairs = self._layer_base + torch.tensor([[src, dst]], device=self.device)  # [L, 2]
+        copy_blocks(self._keys, self._values, pairs)
 
     def gather(self, block_table: list[int], length: int,
                layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

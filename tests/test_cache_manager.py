@@ -169,3 +169,17 @@ def test_extend_allocates_only_at_block_boundaries_and_is_all_or_nothing():
         m.extend(sid, list(range(8)))  # would need 2 more blocks, 1 is free
     assert before == (list(m.blocks.ref_counts), list(seq.tokens), list(seq.block_table))
     m.check_invariants()
+
+
+def test_write_batch_stores_several_sequences_in_one_call():
+    m = make_manager(num_blocks=8, block_size=4, num_layers=2)
+    kv = SyntheticKV(m.config, seed=10)
+    a, b = m.add_sequence([1, 2, 3]), m.add_sequence([4, 5, 6, 7, 8])
+    ka, va = kv.keys_values(a.tokens, 0)
+    kb, vb = kv.keys_values(b.tokens, 0)
+    m.write_batch([a.seq_id, b.seq_id], torch.cat([ka, kb], 1), torch.cat([va, vb], 1))
+    for seq, want in ((a, ka), (b, kb)):
+        assert seq.num_written == len(seq)
+        assert torch.equal(m.read_kv(seq.seq_id, layer=1)[0], want[1])
+    with pytest.raises(ValueError, match="unwritten"):
+        m.write_batch([a.seq_id], ka, va)  # nothing left to write
