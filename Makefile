@@ -3,16 +3,18 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 8501
+# The Triton interpreter leans on numpy; on a small CPU, one BLAS thread is fastest.
+export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: run test install install-test chromium bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip >/dev/null
 
 # Reinstall only when a requirements file changed (stamp files live inside .venv).
-$(VENV)/.stamp-run: requirements.txt | $(PY)
+$(VENV)/.stamp-run: requirements.txt requirements-nodeps.txt | $(PY)
 	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install --no-deps -r requirements-nodeps.txt
 	touch $@
 
 $(VENV)/.stamp-test: requirements-test.txt $(VENV)/.stamp-run
@@ -42,6 +44,8 @@ test: install-test
 bench: install
 	$(PY) bench/allocator.py
 	$(PY) bench/kernel.py
+	$(PY) bench/scheduler.py
+	$(PY) bench/model.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,107 @@
+"""Tokens per second of SmolLM2-135M: the paged KV cache against the dense contiguous cache.
+
+Batch 1 is one greedy sequence; batch 8 is eight samples forked from one prompt, decoded
+together. Rows:
+- dense: contiguous per-sequence cache, plain attention (the reference).
+- paged: the lab's KV pool and block tables with the backend's default kernel plan (CUDA: the
+  Triton kernel on every layer; CPU: the Triton interpreter on one layer per step, checked
+  against float64 dense attention, the other layers a torch gather through the block tables).
+- paged, gather only: the same pool and tables with no Triton attention: the cost of paging
+  itself. K/V writes still go through KVPool.write (the cache-write kernel).
+"Decode tok/s" leaves out the prefill step. Times include Python overhead; on a shared CPU wall
+times vary with the machine's load (printed), so "CPU ms/step" (this process's CPU time per
+decode step) is shown too: it stays steady under load when torch runs one thread (--threads 1).
+
+    python bench/model.py [--tokens 32] [--batches 1 8] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from lab.backend import backend  # noqa: E402
+from lab.cache_manager import KVCacheManager  # noqa: E402
+from lab.dense_cache import DenseKVCache  # noqa: E402
+from lab.generation import SamplingParams, SequenceCache, generate  # noqa: E402
+from lab.gguf_model import LoadedModel, load_smollm2  # noqa: E402
+from lab.paged_generation import KernelPlan, PagedKVCache, pool_config_for  # noqa: E402
+
+PROMPT = "Write a short story about a robot who learns to paint."
+
+
+def make_cache(lm: LoadedModel, kind: str, plan: KernelPlan | None, prompt_len: int,
+               params: SamplingParams) -> SequenceCache:
+    model = lm.model
+    if kind == "dense":
+        return DenseKVCache(model.config, prompt_len + params.max_new_tokens, model.device,
+                            model.dtype)
+    blocks = params.n * (-(-(prompt_len + params.max_new_tokens) // 16) + 1)
+    manager = KVCacheManager(pool_config_for(model.config, blocks, 16, model.dtype),
+                             model.device)
+    return PagedKVCache(manager, model.config, plan)
+
+
+def time_run(lm: LoadedModel, kind: str, plan: KernelPlan | None, batch: int,
+             tokens: int) -> tuple[float, float, float, list[list[int]]]:
+    """(total tok/s, decode tok/s, CPU ms per decode step, tokens per sequence)."""
+    prompt = lm.tokenizer.chat_tokens(PROMPT)
+    params = SamplingParams(max_new_tokens=tokens, n=batch, temperature=0.0)
+    cache = make_cache(lm, kind, plan, len(prompt), params)
+    out: dict[int, list[int]] = {}
+    start = time.perf_counter()
+    first, first_cpu = start, time.process_time()
+    for step in generate(lm.model, cache, prompt, params):
+        if step.index == 0:
+            first, first_cpu = time.perf_counter(), time.process_time()
+        for seq_id, token in step.tokens.items():
+            out.setdefault(seq_id, []).append(token)
+    end, end_cpu = time.perf_counter(), time.process_time()
+    decode = batch * (tokens - 1) / (end - first)
+    cpu_ms = 1000 * (end_cpu - first_cpu) / (tokens - 1)
+    return batch * tokens / (end - start), decode, cpu_ms, [out[k] for k in sorted(out)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    args = parser.parse_args()
+    if args.tokens < 2:
+        parser.error("--tokens must be at least 2 (one prefill token, one decode step)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    lm = load_smollm2()
+    default_plan = "every layer" if backend().is_cuda else "one layer"
+    rows = [("dense", "dense", None), (f"paged ({default_plan} Triton)", "paged", None),
+            ("paged, gather only", "paged", "none")]
+    print(f"backend: {backend().describe()}; load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} CPUs; torch threads {torch.get_num_threads()}; "
+          f"{args.tokens} new tokens per sequence, greedy, float32")
+    time_run(lm, "dense", None, 1, 4)  # warm-up: first calls allocate and import lazily
+    print(f"| {'cache':34} | batch | tok/s | decode tok/s | CPU ms/step | paged/dense "
+          "| same tokens |")
+    print(f"|{'-' * 36}|------:|------:|-------------:|------------:|------------:"
+          "|:-----------:|")
+    for batch in args.batches:
+        dense_rate, dense_decode, dense_tokens = 0.0, 0.0, []
+        for label, kind, plan in rows:
+            rate, decode, cpu_ms, tokens = time_run(lm, kind, plan, batch, args.tokens)
+            if kind == "dense":
+                dense_rate, dense_decode, dense_tokens = rate, decode, tokens
+            ratio = decode / dense_decode
+            same = "yes" if tokens == dense_tokens else "NO"
+            print(f"| {label:34} | {batch:5} | {rate:5.1f} | {decode:12.1f} | {cpu_ms:11.0f} | "
+                  f"{ratio:11.2f} | {same:^11} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

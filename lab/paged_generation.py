@@ -1,0 +1,157 @@
+"""The model's KV cache kept in the lab's paged KV pool, managed by the same KVCacheManager
+(block pool, forks, copy-on-write, prefix cache) that every other page drives.
+
+Each forward step, for each layer:
+- "Triton kernel" layers store the new tokens' K/V into the pool with the cache-write kernel,
+  then run the Triton `paged_attention` kernel, which reads K/V through the block tables.
+  One of them per step is also run through the float64 dense reference, and the error kept.
+- "torch gather" layers read the earlier tokens' K/V from the same pool through the same block
+  tables with one vectorized gather, place the new tokens' K/V beside them, and run plain
+  attention. The Triton interpreter is too slow for all 30 layers per token on a CPU, so there
+  the kernel serves one layer per step (a different one each step) and the gather the others.
+At the end of the step the new K/V of every layer goes into the pool through
+`KVCacheManager.write` (KVPool.write, the cache-write kernel), which also registers blocks that
+became full in the prefix cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from kernels.cache_ops import write_kv
+from kernels.paged_attention import paged_attention
+from kernels.reference import dense_attention
+from lab.attention_check import AttentionCheck, compare
+from lab.attention_step import StepLayout, context_attention
+from lab.backend import backend
+from lab.cache_manager import KVCacheManager
+from lab.kv_pool import PoolConfig
+from lab.model import ModelConfig
+from lab.sequence import Sequence
+
+KERNEL = "Triton paged_attention kernel"
+GATHER = "torch gather through the block tables"
+# Which layers the Triton kernel serves: every layer (the CUDA default), one layer per step
+# (the CPU default: the interpreter is slow), or none (benchmarks only: paging cost alone).
+KernelPlan = Literal["every layer", "one layer", "none"]
+
+
+def pool_config_for(model: ModelConfig, num_blocks: int, block_size: int = 16,
+                    dtype: torch.dtype = torch.float32) -> PoolConfig:
+    """A KV pool shaped for this model: every layer, its KV heads and head dim."""
+    return PoolConfig(num_blocks=num_blocks, block_size=block_size, num_layers=model.num_layers,
+                      num_kv_heads=model.num_kv_heads, head_dim=model.head_dim, dtype=dtype)
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """Which implementation served which layers in one forward step, and the kernel's error."""
+
+    index: int
+    num_seqs: int
+    num_tokens: int
+    kernel_layers: tuple[int, ...]
+    gather_layers: tuple[int, ...]
+    checked_layer: int | None  # the kernel layer compared with the float64 dense reference
+    check: AttentionCheck | None
+
+
+class PagedStep:
+    """One forward step over the paged pool; the model calls it once per layer."""
+
+    def __init__(self, cache: PagedKVCache, seqs: list[Sequence]) -> None:
+        self.cache = cache
+        self.seqs = seqs
+        pool = cache.manager.pool
+        self.device = pool.device
+        self.layout = StepLayout(tuple(len(s) - s.num_written for s in seqs),
+                                 tuple(len(s) for s in seqs), self.device)
+        new_tokens = [t for s in seqs for t in s.tokens[s.num_written:]]
+        self.token_ids = torch.tensor(new_tokens, device=self.device)  # [num_tokens]
+        slots = [slot for s in seqs for slot in s.slots(s.num_written, len(s))]
+        self.slot_mapping = torch.tensor(slots, dtype=torch.int64, device=self.device)  # [T]
+        self.block_tables = cache.manager.block_table_tensor([s.seq_id for s in seqs])  # [S, W]
+        bs = cache.manager.block_size
+        pos = torch.arange(max(self.layout.seq_lens), device=self.device)  # [C]
+        physical = self.block_tables[:, pos // bs].long()  # [S, C]
+        self.context_slots = physical * bs + pos % bs  # [S, C] slot of each context position
+        rotating = cache.num_steps % cache.num_layers  # a different layer each step
+        self.kernel_layers = {"every layer": tuple(range(cache.num_layers)),
+                              "one layer": (rotating,), "none": ()}[cache.kernel_plan]
+        self.checked_layer = rotating if self.kernel_layers else None
+        self.keys: list[torch.Tensor] = []  # per layer [T, KV, D]
+        self.values: list[torch.Tensor] = []
+        self.check: AttentionCheck | None = None
+
+    def __call__(self, layer: int, query: torch.Tensor, key: torch.Tensor,
+                 value: torch.Tensor) -> torch.Tensor:
+        self.keys.append(key)
+        self.values.append(value)
+        pool = self.cache.manager.pool
+        key_cache, value_cache = pool.key_caches[layer], pool.value_caches[layer]
+        if layer in self.kernel_layers:
+            write_kv(key_cache, value_cache, key, value, self.slot_mapping)
+            args = (query, key_cache, value_cache, self.block_tables,
+                    self.layout.seq_lens_tensor, self.layout.query_start_loc)
+            out = paged_attention(*args)  # [T, H, D]
+            if layer == self.checked_layer:
+                self.check = compare(out, dense_attention(*args))
+            return out
+        num_kv_heads, head_dim = key.shape[1:]
+        keys = key_cache.view(-1, num_kv_heads, head_dim)[self.context_slots]  # [S, C, KV, D]
+        values = value_cache.view(-1, num_kv_heads, head_dim)[self.context_slots]
+        keys[self.layout.token_seq, self.layout.positions] = key  # new tokens, not stored yet
+        values[self.layout.token_seq, self.layout.positions] = value
+        return context_attention(query, keys, values, self.layout)  # [T, H, D]
+
+    def store(self) -> StepReport:
+        """Write every layer's new K/V into the pool (KVPool.write) and report the step."""
+        keys = torch.stack(self.keys)  # [num_layers, T, KV, D]
+        values = torch.stack(self.values)
+        self.cache.manager.write_batch([s.seq_id for s in self.seqs], keys, values)
+        all_layers = range(len(self.keys))
+        return StepReport(self.cache.num_steps, self.layout.num_seqs, len(self.token_ids),
+                          self.kernel_layers,
+                          tuple(i for i in all_layers if i not in self.kernel_layers),
+                          self.checked_layer, self.check)
+
+
+class PagedKVCache:
+    """The `SequenceCache` for generation, over a KVCacheManager whose pool fits the model."""
+
+    def __init__(self, manager: KVCacheManager, model: ModelConfig,
+                 kernel_plan: KernelPlan | None = None) -> None:
+        c = manager.config
+        expected = (model.num_layers, model.num_kv_heads, model.head_dim)
+        if (c.num_layers, c.num_kv_heads, c.head_dim) != expected:
+            raise ValueError(f"the pool holds (layers, KV heads, head dim) = "
+                             f"{(c.num_layers, c.num_kv_heads, c.head_dim)}, the model needs "
+                             f"{expected}: build it with pool_config_for(model)")
+        self.manager = manager
+        self.num_layers = model.num_layers
+        if kernel_plan is None:
+            kernel_plan = "every layer" if backend().is_cuda else "one layer"
+        if kernel_plan not in ("every layer", "one layer", "none"):
+            raise ValueError(f"unknown kernel plan {kernel_plan!r}")
+        self.kernel_plan: KernelPlan = kernel_plan
+        self.num_steps = 0
+        self.reports: list[StepReport] = []
+
+    def add(self, prompt: list[int]) -> int:
+        return self.manager.add_sequence(prompt).seq_id
+
+    def fork(self, seq_id: int) -> int:
+        return self.manager.fork(seq_id).seq_id
+
+    def append(self, seq_id: int, token: int) -> None:
+        self.manager.append_token(seq_id, token)
+
+    def begin_step(self, seq_ids: list[int]) -> PagedStep:
+        return PagedStep(self, [self.manager.sequences[i] for i in seq_ids])
+
+    def end_step(self, step: PagedStep) -> None:
+        self.reports.append(step.store())
+        self.num_steps += 1

@@ -1,0 +1,77 @@
+"""The model's tokenizer, rebuilt from the GGUF file's metadata (no hub download).
+
+SmolLM2 uses byte-level BPE (GPT-2 style): the vocabulary is `tokenizer.ggml.tokens`, the merge
+rules are `tokenizer.ggml.merges` ("a b" per rule), and tokens whose `token_type` is 3 are special
+(`<|im_start|>`, `<|im_end|>`, ...): matched whole, never split by BPE. Digits are split one by
+one before the byte-level split, as in the original tokenizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+SPECIAL_TOKEN_TYPE = 3
+DEFAULT_SYSTEM_PROMPT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str  # "system", "user" or "assistant"
+    content: str
+
+
+class ChatTokenizer:
+    """Text <-> token ids, plus the ChatML template the GGUF declares."""
+
+    def __init__(self, tokens: list[str], token_types: list[int], merges: list[str], eos_id: int):
+        vocab = {token: token_id for token_id, token in enumerate(tokens)}
+        merge_pairs = [tuple(rule.split(" ", 1)) for rule in merges]
+        bpe = Tokenizer(models.BPE(vocab=vocab, merges=merge_pairs))
+        bpe.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Digits(individual_digits=True),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            ]
+        )
+        bpe.decoder = decoders.ByteLevel()
+        specials = [t for t, kind in zip(tokens, token_types) if kind == SPECIAL_TOKEN_TYPE]
+        bpe.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+        self._bpe = bpe
+        self.vocab_size = len(tokens)
+        self.eos_id = eos_id
+        self.im_end_id = vocab["<|im_end|>"]
+        self.special_ids = frozenset(vocab[t] for t in specials)
+
+    def encode(self, text: str) -> list[int]:
+        return self._bpe.encode(text, add_special_tokens=False).ids
+
+    def decode(self, token_ids: list[int], skip_special: bool = True) -> str:
+        return self._bpe.decode(token_ids, skip_special_tokens=skip_special)
+
+    def token_text(self, token_id: int) -> str:
+        """One token as readable text (bytes merged back into characters)."""
+        return self._bpe.decode([token_id], skip_special_tokens=False)
+
+    def is_stop(self, token_id: int) -> bool:
+        return token_id in (self.eos_id, self.im_end_id)
+
+    @staticmethod
+    def chat_text(messages: list[ChatMessage]) -> str:
+        """The GGUF's chat template (ChatML), with the generation prompt for the assistant.
+
+        Like the template, a conversation without a system message gets the default one.
+        """
+        if not messages:
+            raise ValueError("a chat needs at least one message")
+        if messages[0].role != "system":
+            messages = [ChatMessage("system", DEFAULT_SYSTEM_PROMPT), *messages]
+        turns = "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages)
+        return turns + "<|im_start|>assistant\n"
+
+    def chat_tokens(self, user_prompt: str, system_prompt: str | None = None) -> list[int]:
+        messages = [ChatMessage("user", user_prompt)]
+        if system_prompt is not None:
+            messages.insert(0, ChatMessage("system", system_prompt))
+        return self.encode(self.chat_text(messages))

