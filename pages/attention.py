@@ -2,16 +2,18 @@
 
 import streamlit as st
 
-from lab.attention_view import MAX_PLACEMENTS, AttentionFrame, can_relocate, replay_attention
+from lab.attention_view import MAX_PLACEMENTS, can_relocate, replay_attention
 from lab.figures.blocks import legend_markdown, pool_grid
-from lab.walkthrough import REQUEST_NAMES, WalkParams, WalkTooBig, validate
+from lab.walkthrough import REQUEST_NAMES
 from ui.attention_check import attention_badge
 from ui.export import export_trace
 from ui.layout import explain, settings, show_figure
 from ui.predict import predict
+from ui.scenario import cached
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, register, seed
 from ui.step_controls import step_controls
+from ui.walk_settings import check_walk, walk_settings
 
 sidebar()
 st.title("Attention over blocks")
@@ -26,39 +28,19 @@ explain(
 )
 
 with settings():
-    cols = st.columns(5)
-    block_size = int_param("Block size", "block_size", default=16, min_value=1, max_value=64,
-                           container=cols[0], help="Tokens per block.")
-    prompt_len = int_param("Prompt of A", "prompt_len", default=30, min_value=1,
-                           max_value=256, container=cols[1])
-    output_len = int_param("Output of A", "output_len", default=20, min_value=1,
-                           max_value=256, container=cols[2])
-    num_requests = int_param("Requests", "requests", default=3, min_value=1, max_value=6,
-                             container=cols[3], help="Other requests interleave their blocks "
-                                                     "with the chosen one's.")
-    num_blocks = int_param("Pool (blocks)", "num_blocks", default=64, min_value=4,
-                           max_value=256, widget="number", container=cols[4])
-    params = WalkParams(block_size=block_size, prompt_len=prompt_len, output_len=output_len,
-                        num_requests=num_requests, num_blocks=num_blocks)
+    params = walk_settings(output_len=20, help={
+        "block_size": "Tokens per block.",
+        "requests": "Other requests interleave their blocks with the chosen one's."})
     left, right = st.columns(2)
-    request = choice_param("Sequence", "seq", list(REQUEST_NAMES[:num_requests]), default="A",
-                           widget="segmented", container=left,
+    request = choice_param("Sequence", "seq", list(REQUEST_NAMES[:params.num_requests]),
+                           default="A", widget="segmented", container=left,
                            help="Whose attention to follow, at the end of all requests' "
                                 "decoding.")
     head = choice_param("Head shown in the bookkeeping", "head", [0, 1], default=0,
                         widget="segmented", container=right)
 
-try:
-    validate(params, seed())
-except WalkTooBig as error:
-    st.error(str(error), icon=":material/error:")
-    st.stop()
-
-
-@st.cache_data(max_entries=256, show_spinner=False)
-def frame_for(params: WalkParams, seed: int, request: str, placement: int,
-              head: int) -> AttentionFrame:
-    return replay_attention(params, seed, request, placement, head)
+check_walk(params)
+frame_for = cached(replay_attention, max_entries=256)
 
 
 def _shuffle() -> None:

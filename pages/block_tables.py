@@ -4,15 +4,17 @@ import streamlit as st
 
 from lab.figures.blocks import block_table_figure, legend_markdown, pool_grid, token_strip
 from lab.sequence import blocks_for
-from lab.walkthrough import (WalkFrame, WalkParams, WalkTooBig, blocks_held, describe_step,
-                             final_tail_slots, last_step, replay_walk, validate, walk_requests)
+from lab.walkthrough import (blocks_held, describe_step, final_tail_slots, last_step, replay_walk,
+                             walk_requests)
 from ui.attention_check import attention_badge
 from ui.export import export_trace
 from ui.layout import explain, settings, show_figure
 from ui.predict import predict
+from ui.scenario import cached
 from ui.sidebar import sidebar
-from ui.state import int_param, seed
+from ui.state import seed
 from ui.step_controls import prefetch_next, step_controls
+from ui.walk_settings import check_walk, walk_settings
 
 sidebar()
 st.title("Block tables")
@@ -27,36 +29,19 @@ explain(
 )
 
 with settings():
-    cols = st.columns(5)
-    block_size = int_param("Block size", "block_size", default=16, min_value=1, max_value=64,
-                           container=cols[0], help="Tokens per block (slots per block).")
-    prompt_len = int_param("Prompt of A", "prompt_len", default=30, min_value=1,
-                           max_value=256, container=cols[1], help="Prompt tokens of request A.")
-    output_len = int_param("Output of A", "output_len", default=4, min_value=1, max_value=256,
-                           container=cols[2],
-                           help="Tokens A generates. The server does not know this in "
-                                "advance: it only sees the request stop. Requests B, C, ... "
-                                "get seeded lengths around A's.")
-    num_requests = int_param("Requests", "requests", default=3, min_value=1, max_value=6,
-                             container=cols[3], help="Requests arrive one step apart.")
-    num_blocks = int_param("Pool (blocks)", "num_blocks", default=64, min_value=4,
-                           max_value=256, widget="number", container=cols[4],
-                           help="Physical blocks in the KV pool.")
+    params = walk_settings(output_len=4, help={
+        "block_size": "Tokens per block (slots per block).",
+        "prompt_len": "Prompt tokens of request A.",
+        "output_len": "Tokens A generates. The server does not know this in advance: it only "
+                      "sees the request stop. Requests B, C, ... get seeded lengths around A's.",
+        "requests": "Requests arrive one step apart.",
+        "num_blocks": "Physical blocks in the KV pool."})
     st.caption("K/V values are seeded random numbers per (token id, position), not a model's: "
                "the allocator and the attention kernel do not care where they come from.")
 
-params = WalkParams(block_size=block_size, prompt_len=prompt_len, output_len=output_len,
-                    num_requests=num_requests, num_blocks=num_blocks)
-try:
-    validate(params, seed())
-except WalkTooBig as error:
-    st.error(str(error), icon=":material/error:")
-    st.stop()
-
-
-@st.cache_data(max_entries=512, show_spinner=False)
-def frame_at(params: WalkParams, seed: int, step: int) -> WalkFrame:
-    return replay_walk(params, seed, step)
+check_walk(params)
+block_size, num_blocks = params.block_size, params.num_blocks
+frame_at = cached(replay_walk, max_entries=512)
 
 
 last = last_step(params, seed())
@@ -73,7 +58,7 @@ c2.metric("Filled slots", usage.slots_filled)
 c3.metric("Unused tail slots", usage.tail_slots,
           help="Allocated slots with no token yet: only the last block of each sequence "
                "can have them, so there are fewer than one block per sequence.")
-c4.metric("Tail bound", f"< {live * block_size}",
+c4.metric("Tail bound", f"< {live * block_size}" if live else "—",
           help=f"Unused tail slots stay below one block per sequence: {live} sequence(s) × "
                f"{block_size} slots.")
 if frame.check is not None:

@@ -2,14 +2,14 @@
 
 import streamlit as st
 
-from lab.beams import (BranchConfig, BranchFrame, BranchScenario, branch_name, describe, run,
-                       trace_json)
+from lab.beams import BranchConfig, BranchScenario, branch_name, describe, run, trace_json
 from lab.figures.blocks import block_table_figure, legend_markdown, pool_grid
 from lab.figures.cow import memory_figure
 from ui.export import export_trace
 from ui.layout import explain, settings, show_figure
 from ui.live_check import live_badge
 from ui.predict import predict
+from ui.scenario import cached, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
 from ui.step_controls import step_controls
@@ -42,20 +42,10 @@ with settings():
     num_blocks = int_param("Pool size (physical blocks)", "num_blocks", default=32, min_value=4,
                            max_value=128, widget="number", container=right)
 
-try:
-    cfg = BranchConfig(mode=mode, num_branches=num_branches, prompt_len=prompt_len,
-                       max_new_tokens=new_tokens, block_size=block_size, num_blocks=num_blocks)
-except ValueError as error:
-    st.error(f"These settings cannot run: {error}.", icon=":material/error:")
-    st.stop()
-
-
-@st.cache_data(max_entries=64, show_spinner=False)
-def frames_for(cfg: BranchConfig, seed: int) -> list[BranchFrame]:
-    return run(cfg, seed)
-
-
-frames = frames_for(cfg, seed())
+cfg = or_stop(lambda: BranchConfig(
+    mode=mode, num_branches=num_branches, prompt_len=prompt_len, max_new_tokens=new_tokens,
+    block_size=block_size, num_blocks=num_blocks))
+frames = cached(run)(cfg, seed())
 step = step_controls(len(frames) - 1)
 frame = frames[step]
 names = {s.seq_id: branch_name(s.seq_id) for s in frame.snapshot.sequences}

@@ -3,14 +3,14 @@
 import streamlit as st
 
 from lab.figures.fragmentation import memory_maps, sweep_figure, timeline
-from lab.fragmentation import (FragConfig, FragFrame, MemoryStats, block_size_sweep, paged_replay,
-                               run, trace_json)
+from lab.fragmentation import (FragConfig, MemoryStats, block_size_sweep, paged_replay, run,
+                               trace_json)
 from lab.kv_pool import PoolConfig
-from lab.paged_replay import Request
 from ui.export import export_trace
 from ui.layout import explain, settings, show_figure
 from ui.live_check import live_badge
 from ui.predict import predict
+from ui.scenario import cached, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
 from ui.step_controls import step_controls
@@ -44,21 +44,11 @@ with settings():
                                  "long; the server learns each one only when the request stops.")
     right.caption("Prompts are 16-96 tokens. The same seed gives the same requests.")
 
-try:
-    cfg = FragConfig(num_requests=num_requests, block_size=block_size,
-                     num_blocks=max(1, pool_slots // block_size), max_output=max_output,
-                     mean_output=mean_output)
-except ValueError as error:
-    st.error(f"These settings cannot run: {error}.", icon=":material/error:")
-    st.stop()
-
-
-@st.cache_data(max_entries=32, show_spinner="Running the workload on both allocators…")
-def frames_for(cfg: FragConfig, seed: int) -> tuple[list[Request], list[FragFrame]]:
-    return run(cfg, seed)
-
-
-requests, frames = frames_for(cfg, seed())
+cfg = or_stop(lambda: FragConfig(
+    num_requests=num_requests, block_size=block_size,
+    num_blocks=max(1, pool_slots // block_size), max_output=max_output, mean_output=mean_output))
+run_both = cached(run, max_entries=32, spinner="Running the workload on both allocators…")
+requests, frames = run_both(cfg, seed())
 step = step_controls(len(frames) - 1)
 frame = frames[step]
 bytes_per_token = PoolConfig(block_size=block_size).bytes_per_token

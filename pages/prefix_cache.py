@@ -4,12 +4,13 @@ import streamlit as st
 
 from lab.figures.blocks import legend_markdown, pool_grid
 from lab.figures.prefix import cache_over_time, hash_chain
-from lab.prefix_scenario import (PrefixConfig, PrefixFrame, PrefixScenario, app_name, describe,
-                                 run, trace_json)
+from lab.prefix_scenario import (PrefixConfig, PrefixScenario, app_name, describe, run,
+                                 trace_json)
 from ui.export import export_trace
 from ui.layout import explain, settings, show_figure
 from ui.live_check import live_badge
 from ui.predict import predict
+from ui.scenario import cached, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
 from ui.step_controls import step_controls
@@ -42,20 +43,10 @@ with settings():
     right.caption("Each request: its app's system prompt + a 3-12 token question, then 2-6 "
                   "output tokens. One arrives every 2 steps.")
 
-try:
-    cfg = PrefixConfig(num_requests=num_requests, num_apps=num_apps, system_len=system_len,
-                       block_size=block_size, num_blocks=num_blocks)
-except ValueError as error:
-    st.error(f"These settings cannot run: {error}.", icon=":material/error:")
-    st.stop()
-
-
-@st.cache_data(max_entries=64, show_spinner=False)
-def frames_for(cfg: PrefixConfig, seed: int) -> list[PrefixFrame]:
-    return run(cfg, seed)
-
-
-frames = frames_for(cfg, seed())
+cfg = or_stop(lambda: PrefixConfig(
+    num_requests=num_requests, num_apps=num_apps, system_len=system_len, block_size=block_size,
+    num_blocks=num_blocks))
+frames = cached(run)(cfg, seed())
 step = step_controls(len(frames) - 1)
 frame = frames[step]
 names = {seq: f"R{req}" for req, seq in frame.seq_of_request.items()}

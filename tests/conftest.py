@@ -36,3 +36,10 @@ def open_app_page() -> Callable[..., AppTest]:
         return at.switch_page(page).run()
 
     return open_page
+
+
+@pytest.fixture
+def open_page(open_app_page, request: pytest.FixtureRequest) -> Callable[..., AppTest]:
+    """open_app_page for the test module's `PAGE`, e.g. open_page(step="3")."""
+    page = request.module.PAGE
+    return lambda **query: open_app_page(page, **query)

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from lab.attention_view import replay_attention
 from lab.walkthrough import WalkParams
 
 PAGE = "pages/attention.py"
-
-
-@pytest.fixture
-def open_page(open_app_page) -> Callable[..., AppTest]:
-    return lambda **query: open_app_page(PAGE, **query)
 
 
 def table_line(at: AppTest) -> str:

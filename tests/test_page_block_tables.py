@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-
-import pytest
 
 from streamlit.testing.v1 import AppTest
 
 from lab.walkthrough import WalkParams, last_step, run_walk
+from tests.page_helpers import assert_link_keeps, metrics
 
 PAGE = "pages/block_tables.py"
-
-
-@pytest.fixture
-def open_page(open_app_page) -> Callable[..., AppTest]:
-    return lambda **query: open_app_page(PAGE, **query)
-
-
-def metrics(at: AppTest) -> dict[str, str]:
-    return {m.label: m.value for m in at.metric}
 
 
 def engine_usage(step: int, params: WalkParams = WalkParams(), seed: int = 0):
@@ -68,9 +57,7 @@ def test_link_restores_the_same_state(open_page) -> None:
     again = open_page(**query)
     assert figures(first) == figures(again)
     assert metrics(first)["Blocks in use"] == f"{engine_usage(6, params, 5).blocks_used} / 64"
-    link = first.sidebar.get("code")[0].value
-    for name, value in query.items():
-        assert f"{name}={value}" in link
+    assert_link_keeps(first, query)
 
 
 def test_pool_too_small_shows_a_message(open_page) -> None:

@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from lab.beams import BranchConfig, run
 from lab.figures.blocks import HIGHLIGHT_COLOR
+from tests.page_helpers import assert_link_keeps, metrics
 
 PAGE = "pages/copy_on_write.py"
-
-
-@pytest.fixture
-def open_page(open_app_page):
-    return lambda **query: open_app_page(PAGE, **query)
-
-
-def metrics(at: AppTest) -> dict[str, str]:
-    return {m.label: str(m.value) for m in at.metric}
 
 
 def expected(frame) -> dict[str, str]:
@@ -62,9 +53,7 @@ def test_link_restores_beam_search(open_page) -> None:
     at = open_page(**query)
     assert not at.exception
     assert metrics(at) == expected(frames[4])
-    link = at.sidebar.get("code")[0].value
-    for name, value in query.items():
-        assert f"{name}={value.replace(' ', '+')}" in link
+    assert_link_keeps(at, query)
 
 
 def test_pool_too_small_shows_a_message(open_page) -> None:

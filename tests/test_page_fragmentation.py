@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from lab.fragmentation import FragConfig, run
+from tests.page_helpers import assert_link_keeps, metrics
 
 PAGE = "pages/fragmentation.py"
-
-
-@pytest.fixture
-def open_page(open_app_page):
-    return lambda **query: open_app_page(PAGE, **query)
-
-
-def metrics(at: AppTest) -> dict[str, str]:
-    return {m.label: str(m.value) for m in at.metric}
 
 
 def expected(frame) -> dict[str, str]:
@@ -58,9 +48,7 @@ def test_link_restores_the_same_state(open_page) -> None:
     assert not first.exception
     assert metrics(first) == expected(frames[15])
     assert first.slider(key="step").value == 15
-    link = first.sidebar.get("code")[0].value
-    for name, value in query.items():
-        assert f"{name}={value}" in link
+    assert_link_keeps(first, query)
 
 
 def test_impossible_settings_show_a_message(open_page) -> None:

@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-from streamlit.testing.v1 import AppTest
-
 from lab.prefix_scenario import PrefixConfig, run
+from tests.page_helpers import assert_link_keeps, metrics
 
 PAGE = "pages/prefix_cache.py"
-
-
-@pytest.fixture
-def open_page(open_app_page):
-    return lambda **query: open_app_page(PAGE, **query)
-
-
-def metrics(at: AppTest) -> dict[str, str]:
-    return {m.label: str(m.value) for m in at.metric}
 
 
 def expected(frame, num_blocks: int = 16) -> dict[str, str]:
@@ -52,9 +41,7 @@ def test_link_restores_a_state_with_evictions(open_page) -> None:
     at = open_page(**query)
     assert not at.exception
     assert metrics(at) == expected(frames[18], 10)
-    link = at.sidebar.get("code")[0].value
-    for name, value in query.items():
-        assert f"{name}={value}" in link
+    assert_link_keeps(at, query)
 
 
 def test_pool_too_small_shows_a_message(open_page) -> None:

@@ -7,6 +7,10 @@
   returns the step to show; pair it with a cached `replay(params, seed, step)`.
   `prefetch_next(...)` computes the next step in the background.
 - `ui.layout`: `explain(md)`, `settings()`, `show_figure(fig, key)` (classroom-aware).
+- `ui.scenario`: `or_stop(build)` (a bad combination of settings: message, stop),
+  `cached(replay)` (an engine replay cached per its arguments, e.g. (cfg, seed)).
+- `ui.walk_settings`: the walkthrough's settings row and its fit check (block tables,
+  attention).
 - `ui.attention_check.attention_badge(check)`: kernel vs dense attention, green within tolerance.
 - `ui.predict.predict(...)`: "Predict, then reveal" with the engine's answer.
 - `ui.export.export_trace(json, ...)`: download the event trace.

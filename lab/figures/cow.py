@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 
 from lab.beams import BranchFrame
 from lab.figures.blocks import FONT_SIZE, SHARED_COLOR
+from lab.figures.common import finish_over_time
 
 NAIVE_COLOR = "#D55E00"
 
@@ -34,13 +35,9 @@ def memory_figure(frames: list[BranchFrame], step: int) -> go.Figure:
     fig.add_trace(go.Scatter(x=steps, y=[f.blocks_used for f in frames],
                              name="shared + copy-on-write", line=dict(color=SHARED_COLOR, width=3,
                                                                       shape="hv")), row=1, col=2)
-    fig.add_vline(x=step, line=dict(color="#333333", dash="dot", width=1.5), row=1, col=2)
     top = max(max(f.naive_blocks for f in frames), 1)
     fig.update_xaxes(title_text="blocks", range=[0, top * 1.15], row=1, col=1)
-    fig.update_xaxes(title_text="step", row=1, col=2)
     fig.update_yaxes(title_text="blocks in use", rangemode="tozero", row=1, col=2)
-    fig.update_layout(height=340, template="plotly_white", font=dict(size=FONT_SIZE),
-                      margin=dict(l=20, r=20, t=60, b=20), hoverlabel=dict(font_size=FONT_SIZE),
-                      legend=dict(orientation="h", yanchor="top", y=-0.32, x=0.45))
-    fig.update_annotations(font_size=FONT_SIZE, yshift=12)
-    return fig
+    return finish_over_time(fig, step, step_cols=(2,), height=340,
+                            margin=dict(l=20, r=20, t=60, b=20),
+                            legend=dict(orientation="h", yanchor="top", y=-0.32, x=0.45))

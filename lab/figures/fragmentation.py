@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from lab.figures.blocks import EDGE_COLOR, FONT_SIZE, PALETTE, lighten
+from lab.figures.common import finish_over_time
 from lab.fragmentation import FragFrame, SweepRow
 
 CONTIGUOUS, PAGED = "Contiguous (reserve prompt + max output)", "Paged (blocks as tokens arrive)"
@@ -104,17 +105,11 @@ def timeline(frames: list[FragFrame], step: int) -> go.Figure:
                                  showlegend=False,
                                  line=dict(color=color, width=2.5, shape="hv"),
                                  legendgroup=name), row=1, col=2)
-    for col in (1, 2):
-        fig.add_vline(x=step, line=dict(color="#333333", dash="dot", width=1.5), row=1, col=col)
-        fig.update_xaxes(title_text="step", row=1, col=col)
     fig.update_yaxes(rangemode="tozero", row=1, col=1)
     fig.update_yaxes(range=[0, 100], row=1, col=2)
-    fig.update_layout(height=340, template="plotly_white", font=dict(size=FONT_SIZE),
-                      margin=dict(l=50, r=20, t=64, b=45),
-                      legend=dict(orientation="h", y=-0.3, x=0),
-                      hoverlabel=dict(font_size=FONT_SIZE))
-    fig.update_annotations(font_size=FONT_SIZE, yshift=12)
-    return fig
+    return finish_over_time(fig, step, step_cols=(1, 2), height=340,
+                            margin=dict(l=50, r=20, t=64, b=45),
+                            legend=dict(orientation="h", y=-0.3, x=0))
 
 
 def sweep_figure(rows: list[SweepRow], current: int) -> go.Figure:

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from lab.figures.blocks import FONT_SIZE
+from lab.figures.common import finish_over_time
 from lab.prefix_scenario import Admission, PrefixFrame
 
 STATUS_STYLE = {  # status -> (fill, word on the box)
@@ -59,13 +60,8 @@ def cache_over_time(frames: list[PrefixFrame], step: int) -> go.Figure:
                          name="cached free blocks", marker_color="#AAAAAA"), row=1, col=2)
     fig.add_trace(go.Scatter(x=steps, y=[f.evictions for f in frames], name="evictions so far",
                              line=dict(color="#D55E00", width=3, shape="hv")), row=1, col=2)
-    for col in (1, 2):
-        fig.add_vline(x=step, line=dict(color="#333333", dash="dot", width=1.5), row=1, col=col)
-        fig.update_xaxes(title_text="step", row=1, col=col)
     fig.update_yaxes(range=[0, 100], row=1, col=1)
     fig.update_yaxes(rangemode="tozero", row=1, col=2)
-    fig.update_layout(height=330, template="plotly_white", font=dict(size=FONT_SIZE),
-                      margin=dict(l=50, r=20, t=64, b=45), hoverlabel=dict(font_size=FONT_SIZE),
-                      legend=dict(orientation="h", y=-0.3, x=0.55), bargap=0.3)
-    fig.update_annotations(font_size=FONT_SIZE, yshift=12)
-    return fig
+    return finish_over_time(fig, step, step_cols=(1, 2), height=330,
+                            margin=dict(l=50, r=20, t=64, b=45),
+                            legend=dict(orientation="h", y=-0.3, x=0.55), bargap=0.3)

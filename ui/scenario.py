@@ -1,0 +1,38 @@
+"""A page's scenario: settings that may not run, and replays cached per user-visible state.
+
+* `or_stop(build)`: build the page's config (or check its settings); on a bad combination show
+  what is wrong and stop the page, instead of a traceback.
+* `cached(replay)`: the engine's replay function, cached with ``st.cache_data`` per argument
+  tuple (e.g. ``(cfg, seed)``): frames are pure functions of their arguments, so every user
+  with the same settings shares them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+import streamlit as st
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def or_stop(build: Callable[[], T], *, errors: type[Exception] = ValueError,
+            message: str = "These settings cannot run: {error}.") -> T:
+    """`build()`, or its error (`message` with ``{error}``) and the end of this page run."""
+    try:
+        return build()
+    except errors as error:
+        st.error(message.format(error=error), icon=":material/error:")
+        st.stop()
+
+
+def cached(replay: Callable[P, T], *, max_entries: int = 64,
+           spinner: bool | str = False) -> Callable[P, T]:
+    """`replay` (a module-level engine function, e.g. `lab.beams.run`) cached per arguments.
+
+    The cache belongs to `replay` itself (Streamlit keys it by its module, name and source),
+    so each engine function keeps its own entries across reruns and pages.
+    """
+    return st.cache_data(replay, max_entries=max_entries, show_spinner=spinner)
