@@ -81,10 +81,11 @@ def replay(requests: int, seed: int, store_kv: bool, num_blocks: int) -> dict:
         live = [(s, left) for s, left in live if left]
     wall = time.perf_counter() - t0
     m.check_invariants()
-    ops = sum(e.kind in ("allocate", "free", "share", "copy", "evict", "hit")
-              for e in m.events.since(start_events))
+    events = m.events.since(start_events)
+    ops = sum(e.kind in ("allocate", "free", "share", "copy", "evict", "hit") for e in events)
+    appends = sum(e.kind == "append" for e in events)
     hit_rate = m.prefix_hit_tokens / max(1, m.prefix_query_tokens)
-    return {"requests": requests, "ops": ops, "wall": wall, "done": done, "rejected": rejected,
+    return {"requests": requests, "ops": ops, "appends": appends, "wall": wall, "done": done, "rejected": rejected,
             "hit": hit_rate, "events": len(m.events)}
 
 
@@ -96,13 +97,14 @@ def main() -> None:
                     help="requests for the run that writes real K/V (slow in the interpreter)")
     args = ap.parse_args()
     print(f"backend: {backend().describe()}")
-    print(f"{'mode':<22}{'requests':>9}{'block ops':>11}{'wall s':>9}{'ops/s':>11}"
-          f"{'prefix hit':>11}")
+    print(f"{'mode':<22}{'requests':>9}{'block ops':>11}{'tokens':>9}{'wall s':>9}"
+          f"{'block ops/s':>13}{'tokens/s':>10}{'prefix hit':>11}")
     for mode, n, store in (("allocator only", args.requests, False),
                            ("with real KV pool", args.kv_requests, True)):
         r = replay(n, args.seed, store, num_blocks=2048)
-        print(f"{mode:<22}{r['requests']:>9}{r['ops']:>11}{r['wall']:>9.2f}"
-              f"{r['ops'] / r['wall']:>11,.0f}{r['hit']:>10.1%}")
+        print(f"{mode:<22}{r['requests']:>9}{r['ops']:>11}{r['appends']:>9}{r['wall']:>9.2f}"
+              f"{r['ops'] / r['wall']:>13,.0f}{r['appends'] / r['wall']:>10,.0f}"
+              f"{r['hit']:>10.1%}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,6 @@
 """The landing page: what PagedAttention is, the map of the lab, where to start."""
 
 import streamlit as st
-from streamlit.errors import StreamlitAPIException
 
 from ui.layout import explain
 from ui.sidebar import sidebar
@@ -26,7 +25,7 @@ explain(
 )
 
 st.subheader("The map")
-_MAP = [  # (page file, what it shows); a page appears once it is in app.py's PAGES list
+_MAP = [  # (page file, "title — what it shows"), in app.py's order
     ("pages/block_tables.py", "Block tables — one request walked through the allocator: "
      "logical blocks, block table, physical blocks, the unused tail."),
     ("pages/attention.py", "Attention over blocks — the kernel reads K/V block by block through "
@@ -45,10 +44,10 @@ _MAP = [  # (page file, what it shows); a page appears once it is in app.py's PA
     ("pages/model.py", "Real model — a small LLM generating with its KV cache in the pool."),
 ]
 for path, text in _MAP:
-    try:
-        st.page_link(path, label=text)
-    except StreamlitAPIException:  # not in the navigation yet
-        st.markdown(f"- {text} *(coming soon)*")
+    title, what = text.split(" — ", 1)
+    link, caption = st.columns([1, 3], vertical_alignment="center")
+    link.page_link(path, label=f"**{title}**")
+    caption.markdown(what)
 
 st.subheader("Where to start")
 st.markdown(
