@@ -81,27 +81,32 @@ class KVCacheManager:
     def append_token(self, seq_id: int, token: int) -> int:
         """Add one token; return the slot its K/V goes to. A block is allocated only when the
         last one is full; a shared, partially filled last block is copied first."""
-        return self.extend(seq_id, [token])[0]
+        self.extend(seq_id, [token])
+        return self.sequences[seq_id].slot(len(self.sequences[seq_id]) - 1)
 
-    def extend(self, seq_id: int, tokens: list[int]) -> list[int]:
-        """Add tokens (decode steps, or a chunk of prompt); return their slots. All blocks
-        needed are checked first, so on PoolExhausted nothing has changed."""
-        seq = self._get(seq_id)
-        pos, bs = len(seq), self.block_size
-        cow = pos % bs != 0 and self.blocks.ref_counts[seq.block_table[-1]] > 1
-        new_blocks = blocks_for(pos + len(tokens), bs) - seq.num_blocks
-        if cow + new_blocks > self.blocks.num_free:
-            raise PoolExhausted(cow + new_blocks, self.blocks.num_free)
-        if cow:
-            self._copy_on_write(seq)
-        seq.block_table += self.blocks.allocate(new_blocks, seq_id) if new_blocks else []
+    def extend(self, seq_id: int, tokens: list[int]) -> None:
+        """Add tokens (decode steps, or a chunk of prompt); `Sequence.slots` gives their slots.
+        All blocks needed are checked first, so on PoolExhausted nothing has changed."""
+        seq = self.sequences.get(seq_id)
+        if seq is None:
+            seq = self._get(seq_id)  # raises the typed error
+        bs, table = self.block_size, seq.block_table
+        pos = len(seq.tokens)
+        end = pos + len(tokens)
+        new_blocks = -(-end // bs) - len(table)
+        cow = pos % bs != 0 and self.blocks.ref_counts[table[-1]] > 1
+        if new_blocks > 0 or cow:  # the common case, room in an unshared last block, skips this
+            new_blocks = max(new_blocks, 0)
+            if cow + new_blocks > self.blocks.num_free:
+                raise PoolExhausted(cow + new_blocks, self.blocks.num_free)
+            if cow:
+                self._copy_on_write(seq)
+            table += self.blocks.allocate(new_blocks, seq_id)
         seq.tokens += tokens
-        table = seq.block_table
-        slots = [table[p // bs] * bs + p % bs for p in range(pos, pos + len(tokens))]
         if self.events.keep:
-            for p, slot in zip(range(pos, pos + len(tokens)), slots):
+            for p in range(pos, end):
+                slot = seq.slot(p)
                 self.events.emit("append", seq_id, slot // bs, pos=p, slot=slot)
-        return slots
 
     def _copy_on_write(self, seq: Sequence) -> None:
         shared = seq.block_table[-1]
