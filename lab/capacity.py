@@ -31,6 +31,8 @@ class GPU:
     memory_gib: float
     marketed: str
     source: str
+    bandwidth_gbs: float  # memory bandwidth, decimal GB/s (data sheet)
+    bf16_tflops: float  # dense BF16 tensor rate, TFLOP/s (data sheet, no sparsity)
 
     @property
     def memory_bytes(self) -> int:
@@ -41,8 +43,8 @@ class GPU:
 def load_gpus(path: Path = GPUS_PATH) -> dict[str, GPU]:
     """GPU presets by name, from assets/gpus.json."""
     entries = json.loads(path.read_text())["gpus"]
-    return {e["name"]: GPU(e["name"], float(e["memory_gib"]), e["marketed"], e["source"])
-            for e in entries}
+    return {e["name"]: GPU(e["name"], float(e["memory_gib"]), e["marketed"], e["source"],
+                           float(e["bandwidth_gbs"]), float(e["bf16_tflops"])) for e in entries}
 
 
 def weight_bytes_per_gpu(num_params: int, weight_dtype: str, tp: int = 1) -> int:

@@ -14,7 +14,8 @@ Decode iterations with small batches are memory-bound (the weights dominate); pr
 batches become compute-bound. This is a teaching model: no kernel efficiency factors, no
 communication, no CPU overhead; MoE models are charged for all their weights (an upper bound).
 Model geometry and weights come from the calculator's presets (lab/model_config.py,
-lab/kv_formula.py, lab/capacity.py); the bandwidth and peak rate of each GPU preset are below.
+lab/kv_formula.py, lab/capacity.py); the bandwidth and peak rate of each GPU preset are data-sheet figures kept in
+assets/gpus.json.
 """
 
 from __future__ import annotations
@@ -25,19 +26,6 @@ from typing import Literal
 from lab.capacity import load_gpus, weight_bytes_per_gpu
 from lab.kv_formula import kv_layout
 from lab.model_config import ModelSpec
-
-# Memory bandwidth (GB/s, decimal) and dense BF16 tensor rate (TFLOP/s, no sparsity) of the
-# GPU presets in assets/gpus.json, from the vendors' data sheets (SXM/OAM parts).
-GPU_RATES: dict[str, tuple[float, float]] = {
-    "A100 40 GB": (1555, 312),
-    "A100 80 GB": (2039, 312),
-    "H100 80 GB": (3350, 989),
-    "H200 141 GB": (4800, 989),
-    "L4": (300, 121),
-    "L40S": (864, 362),
-    "RTX 4090": (1008, 165),
-    "MI300X": (5300, 1307),
-}
 
 Bound = Literal["memory", "compute"]
 
@@ -89,11 +77,12 @@ def attention_pairs(query_len: int, seq_len: int) -> int:
 def cost_model(spec: ModelSpec, gpu_name: str, *, kv_dtype: str = "fp16",
                tp: int = 1) -> CostModel:
     """The cost model of `spec` on one GPU preset (weights sharded over `tp` GPUs)."""
-    if gpu_name not in GPU_RATES or gpu_name not in load_gpus():
-        raise ValueError(f"no rates for GPU {gpu_name!r}; choose one of {', '.join(GPU_RATES)}")
+    gpus = load_gpus()
+    if gpu_name not in gpus:
+        raise ValueError(f"no rates for GPU {gpu_name!r}; choose one of {', '.join(gpus)}")
     if spec.num_params <= 0:
         raise ValueError(f"{spec.name} has no parameter count: the cost model needs one")
-    bandwidth_gbs, tflops = GPU_RATES[gpu_name]
+    gpu = gpus[gpu_name]
     layout = kv_layout(spec, kv_dtype, tp)
     head_dim = layout.vector_len if spec.is_mla else spec.head_dim
     return CostModel(
@@ -101,5 +90,5 @@ def cost_model(spec: ModelSpec, gpu_name: str, *, kv_dtype: str = "fp16",
         kv_bytes_per_token=layout.bytes_per_token,
         flops_per_token=2.0 * spec.num_params / tp,
         attn_flops_per_pair=4.0 * spec.num_layers * spec.num_attention_heads * head_dim / tp,
-        bandwidth=bandwidth_gbs * 1e9, peak_flops=tflops * 1e12,
+        bandwidth=gpu.bandwidth_gbs * 1e9, peak_flops=gpu.bf16_tflops * 1e12,
         label=f"{spec.name} on {gpu_name}" + (f" (TP {tp})" if tp > 1 else ""))

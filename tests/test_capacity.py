@@ -117,3 +117,17 @@ def test_figures_show_the_budget_and_where_it_fills() -> None:
     bars = kv_dtype_figure(layout, 8192, 1).data[0]
     assert list(bars.x) == ["fp32", "fp16 / bf16", "fp8 (e4m3)", "int8 + scales", "int4 + scales"]
     assert bars.y[0] == 2 * bars.y[1] == 4 * bars.y[2]
+
+
+def test_every_gpu_preset_carries_the_rates_the_cost_model_uses() -> None:
+    from lab.cost_model import cost_model
+    from lab.model_config import load_presets
+
+    spec = load_presets()["Llama-3.1-8B"]
+    for name, gpu in load_gpus().items():
+        assert gpu.bandwidth_gbs > 0 and gpu.bf16_tflops > 0, name
+        model = cost_model(spec, name)
+        # One token with no context: every weight read once, one token's K/V written.
+        step = model.iteration(new_tokens=1, context_tokens=0, attn_pairs=0)
+        moved = model.weight_bytes + model.kv_bytes_per_token
+        assert step.memory_s == pytest.approx(moved / (gpu.bandwidth_gbs * 1e9))

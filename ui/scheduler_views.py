@@ -12,7 +12,8 @@ from typing import Any
 
 import streamlit as st
 
-from lab.cost_model import GPU_RATES, CostModel, cost_model
+from lab.capacity import load_gpus
+from lab.cost_model import CostModel, cost_model
 from lab.figures.scheduler import chain_figure, length_histograms, serving_timeseries, sweep_figure
 from lab.metrics import Summary, series, summarize
 from lab.model_config import load_presets
@@ -88,7 +89,7 @@ def cost_widgets(prefix: str) -> CostModel:
     left, right = st.columns(2)
     model = choice_param("Model (times from the cost model)", f"{prefix}_model",
                          list(load_presets()), default="Llama-3.1-8B", container=left)
-    gpu = choice_param("GPU", f"{prefix}_gpu", list(GPU_RATES), default="H100 80 GB",
+    gpu = choice_param("GPU", f"{prefix}_gpu", list(load_gpus()), default="H100 80 GB",
                        container=right)
     return cost_model(load_presets()[model], gpu)
 
