@@ -57,9 +57,11 @@ shared = sum(b.ref_count > 1 for b in frame.snapshot.blocks)
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Live branches", len(frame.live))
 m2.metric("Blocks in use", frame.blocks_used,
-          delta=f"{frame.blocks_used - frame.naive_blocks:+d} vs copy per branch",
+          delta=f"{frame.blocks_used - frame.naive_blocks:+d} vs copies",
+          help="The delta compares with giving every branch its own copy of every block.",
           delta_color="inverse" if frame.naive_blocks != frame.blocks_used else "off")
-m3.metric("Shared blocks (ref count > 1)", shared)
+m3.metric("Shared blocks", shared, help="Physical blocks with ref count > 1: several "
+          "branches' block tables point at them.")
 m4.metric("Block copies so far", frame.copies,
           help="Copy-on-write copies: one block each time a branch wrote into a shared, "
                "partly filled block.")

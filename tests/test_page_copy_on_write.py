@@ -16,7 +16,7 @@ PAGE = "pages/copy_on_write.py"
 def expected(frame) -> dict[str, str]:
     shared = sum(b.ref_count > 1 for b in frame.snapshot.blocks)
     return {"Live branches": str(len(frame.live)), "Blocks in use": str(frame.blocks_used),
-            "Shared blocks (ref count > 1)": str(shared),
+            "Shared blocks": str(shared),
             "Block copies so far": str(frame.copies)}
 
 
