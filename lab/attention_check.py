@@ -1,12 +1,14 @@
 """Run the paged-attention kernel on the real pool and compare it with dense attention.
 
-Every page that shows attention calls `check_decode` for the sequences on screen: one query per
-sequence (its newest token) attends over that sequence's K/V through its block table, once with
-the Triton kernel and once with the float64 dense reference. The result says how far apart
+Every page that shows attention calls `check_step` (or `check_decode`, one new token per
+sequence) for the sequences on screen: their new tokens attend over each sequence's K/V
+through its block table, once with the Triton kernel and once with the float64 dense reference. The result says how far apart
 they are and whether that is within the lab's tolerance.
 """
 
 from __future__ import annotations
+
+import itertools
 
 from dataclasses import dataclass
 
@@ -48,12 +50,12 @@ def compare(output: torch.Tensor, reference: torch.Tensor) -> AttentionCheck:
     return AttentionCheck(max_abs, rel, bool(ok), rule, output.shape[0], output.cpu(), ref)
 
 
-def check_decode(manager: KVCacheManager, seq_ids: list[int],
-                 queries: torch.Tensor) -> AttentionCheck:
-    """Kernel vs reference for one new token per sequence.
+def check_step(manager: KVCacheManager, seq_ids: list[int], query_lens: list[int],
+               queries: torch.Tensor) -> AttentionCheck:
+    """Kernel vs reference for one step: sequence i's last query_lens[i] tokens attend.
 
-    queries: [num_seqs, num_heads, head_dim], the query of each sequence's last token; every
-    token's K/V must already be in the pool.
+    queries: [sum(query_lens), num_heads, head_dim], the sequences' new tokens laid end to end;
+    every token's K/V must already be in the pool.
     """
     seqs = [manager.sequences[i] for i in seq_ids]
     for seq in seqs:
@@ -63,8 +65,15 @@ def check_decode(manager: KVCacheManager, seq_ids: list[int],
     device = manager.pool.device
     tables = manager.block_table_tensor(seq_ids)  # [num_seqs, max_blocks]
     seq_lens = torch.tensor([len(s) for s in seqs], dtype=torch.int32, device=device)
-    starts = torch.arange(len(seqs) + 1, dtype=torch.int32, device=device)  # one query each
-    query = queries.to(device, manager.config.dtype)  # [num_seqs, num_heads, head_dim]
+    starts = torch.tensor([0, *itertools.accumulate(query_lens)], dtype=torch.int32,
+                          device=device)  # [num_seqs + 1]
+    query = queries.to(device, manager.config.dtype)  # [num_tokens, num_heads, head_dim]
     args = (query, manager.pool.key_caches[0], manager.pool.value_caches[0], tables, seq_lens,
             starts)
     return compare(paged_attention(*args), dense_attention(*args))
+
+
+def check_decode(manager: KVCacheManager, seq_ids: list[int],
+                 queries: torch.Tensor) -> AttentionCheck:
+    """check_step with one new token per sequence; queries [num_seqs, num_heads, head_dim]."""
+    return check_step(manager, seq_ids, [1] * len(seq_ids), queries)

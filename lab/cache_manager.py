@@ -93,7 +93,7 @@ class KVCacheManager:
         bs, table = self.block_size, seq.block_table
         pos = len(seq.tokens)
         end = pos + len(tokens)
-        new_blocks = -(-end // bs) - len(table)
+        new_blocks = blocks_for(end, bs) - len(table)
         cow = pos % bs != 0 and self.blocks.ref_counts[table[-1]] > 1
         if new_blocks > 0 or cow:  # the common case, room in an unshared last block, skips this
             new_blocks = max(new_blocks, 0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lab.model_config import ModelSpec
+from lab.sequence import blocks_for
 
 
 @dataclass(frozen=True)
@@ -117,10 +118,10 @@ class KVLayout:
     def layer_blocks(self, context: int, block_size: int) -> int:
         """Per-layer blocks one sequence occupies. A window rarely starts on a block boundary,
         so a sliding layer past its window spans ceil(window / block_size) + 1 blocks."""
-        full = -(-context // block_size)
+        full = blocks_for(context, block_size)
         sliding = full
         if self.spec.num_sliding_layers and context > self.spec.sliding_window:
-            sliding = min(full, -(-self.spec.sliding_window // block_size) + 1)
+            sliding = min(full, blocks_for(self.spec.sliding_window, block_size) + 1)
         return self.num_full_layers * full + self.spec.num_sliding_layers * sliding
 
 

@@ -18,9 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kernels.paged_attention import paged_attention
-from kernels.reference import dense_attention
-from lab.attention_check import AttentionCheck, compare
+from lab.attention_check import AttentionCheck, check_step
 from lab.cache_manager import KVCacheManager
 from lab.contiguous import ContiguousAllocator
 from lab.kv_pool import PoolConfig
@@ -100,22 +98,15 @@ class PagedBackend:
                     self.sync(req, start + n)
                     self.manager.commit(req.seq_id, start + n)
             return None
-        queries, lens, starts = [], [], [0]
+        queries = []
         for req, start, n in batch:
             self.sync(req, start + n)
             new = req.planned[start:start + n]
             k, v = self.kv.keys_values(new, start)  # [1, n, kv_heads, head_dim]
             self.manager.write(req.seq_id, start, k, v)
             queries.append(self.kv.queries(new))  # [n, num_heads, head_dim]
-            lens.append(start + n)
-            starts.append(starts[-1] + n)
-        pool = self.manager.pool
-        query = torch.cat(queries).to(pool.device)  # [num_tokens, num_heads, head_dim]
-        args = (query, pool.key_caches[0], pool.value_caches[0],
-                self.manager.block_table_tensor([r.seq_id for r, _, _ in batch]),
-                torch.tensor(lens, dtype=torch.int32, device=pool.device),  # [num_seqs]
-                torch.tensor(starts, dtype=torch.int32, device=pool.device))  # [num_seqs + 1]
-        return compare(paged_attention(*args), dense_attention(*args))
+        return check_step(self.manager, [r.seq_id for r, _, _ in batch],
+                          [n for _, _, n in batch], torch.cat(queries))
 
     # -- leaving -----------------------------------------------------------------------------
     def release(self, req: Request) -> None:

@@ -199,7 +199,7 @@ def describe_step(frame: WalkFrame, block_size: int) -> list[str]:
             lines.append(f"**{request.name}** decodes its token #{pos + 1} (position {pos}) "
                          f"into {where}{new}.")
             if pos + 1 == request.total_len:
-                tail = -(-request.total_len // block_size) * block_size - request.total_len
+                tail = blocks_for(request.total_len, block_size) * block_size - request.total_len
                 lines.append(f"**{request.name}** is finished at {request.total_len} tokens: "
                              f"{tail} slot(s) of its last block stay unused.")
     return lines
