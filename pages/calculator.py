@@ -12,7 +12,7 @@ from lab.model_config import (LIMITS, MAX_CONFIG_BYTES, WEIGHT_DTYPES, ConfigErr
                               load_presets, read_config)
 from ui.layout import explain, settings, show_figure
 from ui.sidebar import sidebar
-from ui.state import check_link_value, choice_param, int_param, register
+from ui.state import choice_param, float_param, int_param
 
 sidebar()
 
@@ -66,16 +66,6 @@ def _on_upload() -> None:
         _load_config(upload.getvalue()[: MAX_CONFIG_BYTES + 1], upload.name)
 
 
-def _float_number(label: str, key: str, *, default: float, low: float, high: float,
-                  step: float, help: str | None = None, disabled: bool = False) -> float:
-    """A float number box bound to the link, with a message for a bad link value."""
-    check_link_value(key, float, lambda v: low <= v <= high, f"a number from {low} to {high}")
-    value = st.number_input(label, min_value=low, max_value=high, value=default, step=step,
-                            key=key, help=help, disabled=disabled, bind="query-params")
-    register(key, value)
-    return float(value)
-
-
 st.title("KV-size calculator")
 explain(
     "How much KV cache does a token create? The guide's formula, "
@@ -117,9 +107,10 @@ with settings("Model"):
                                      max_value=high, widget="number")
             slots[name] = st.empty()  # room for a message about this field
     with rows[1][4]:
-        params_b = _float_number("Parameters (billions)", PARAMS_KEY,
-                                 default=round(base.num_params / 1e9, 3), low=0.0,
-                                 high=LIMITS["num_params"][1] / 1e9, step=0.1)
+        params_b = float_param("Parameters (billions)", PARAMS_KEY,
+                               default=round(base.num_params / 1e9, 3), min_value=0.0,
+                               max_value=LIMITS["num_params"][1] / 1e9, step=0.1,
+                               widget="number")
     spec: ModelSpec | None = None
     try:
         spec = ModelSpec(name=preset, num_params=int(params_b * 1e9), **values,
@@ -206,18 +197,19 @@ with settings("GPU"):
     with cols[0]:
         gpu_name = choice_param("GPU", "gpu", [*gpus, CUSTOM], default="H100 80 GB")
     with cols[1]:
-        gpu_gib = _float_number("Custom card memory (GiB)", "gpu_gib", default=80.0, low=1.0,
-                                high=4096.0, step=1.0, disabled=gpu_name != CUSTOM,
-                                help="Used when the GPU is Custom.")
+        gpu_gib = float_param("Custom card memory (GiB)", "gpu_gib", default=80.0, min_value=1.0,
+                              max_value=4096.0, step=1.0, widget="number",
+                              disabled=gpu_name != CUSTOM, help="Used when the GPU is Custom.")
     with cols[2]:
-        utilization = _float_number("GPU memory utilization", "util", default=0.9, low=0.05,
-                                    high=1.0, step=0.01,
-                                    help="vLLM's gpu_memory_utilization: the fraction of the "
-                                         "whole card the engine may use, not a fraction of "
-                                         "what is free.")
+        utilization = float_param("GPU memory utilization", "util", default=0.9, min_value=0.05,
+                                  max_value=1.0, step=0.01, widget="number",
+                                  help="vLLM's gpu_memory_utilization: the fraction of the "
+                                       "whole card the engine may use, not a fraction of "
+                                       "what is free.")
     with cols[3]:
-        reserve_gib = _float_number("Activations + runtime reserve (GiB)", "reserve_gib",
-                                    default=2.0, low=0.0, high=1024.0, step=0.5)
+        reserve_gib = float_param("Activations + runtime reserve (GiB)", "reserve_gib",
+                                  default=2.0, min_value=0.0, max_value=1024.0, step=0.5,
+                                  widget="number")
     with cols[4]:
         weight_dtype = choice_param("Weight dtype", WEIGHT_KEY, list(WEIGHT_DTYPES),
                                     default=base.weight_dtype)

@@ -103,14 +103,17 @@ def int_param(label: str, param: str, *, default: int, min_value: int, max_value
 
 
 def float_param(label: str, param: str, *, default: float, min_value: float, max_value: float,
-                step: float, help: str | None = None, container: Any = None) -> float:
-    """A float slider whose value lives in the query parameter `param`."""
+                step: float, widget: Literal["slider", "number"] = "slider",
+                help: str | None = None, disabled: bool = False, container: Any = None) -> float:
+    """A float widget whose value lives in the query parameter `param`."""
     check_link_value(param, float, lambda v: min_value <= v <= max_value,
                       f"a number from {min_value} to {max_value}")
     _clamp_state(param, min_value, max_value)
     where = container if container is not None else st
-    value = float(where.slider(label, min_value=min_value, max_value=max_value, value=default,
-                               step=step, key=param, help=help, bind="query-params"))
+    make = where.slider if widget == "slider" else where.number_input
+    value = float(make(label, min_value=min_value, max_value=max_value, value=default,
+                       step=step, key=param, help=help, disabled=disabled,
+                       bind="query-params"))
     register(param, value)
     return value
 
