@@ -1,16 +1,22 @@
 """Paged attention: a Triton kernel that reads K/V block by block through the block table.
 
-One program handles one sequence, one KV head and a tile of that sequence's new tokens. Its
-rows are (new token, query head of the KV group) pairs, so all query heads that share a KV head
-are served by one pass over the cache. It walks the sequence's context a tile of positions at a
-time: each position's logical block (pos // block_size) is looked up in the block table to find
-the physical block, and K/V are loaded from there. An online softmax in float32 (running max,
+A program's rows are (new token, query head) pairs; it walks the keys a tile of positions at a
+time: each key's logical block (pos // block_size) is looked up in the block table to find the
+physical block, and K/V are loaded from there. An online softmax in float32 (running max,
 running sum, rescaled accumulator) combines the tiles. Causal: the i-th of a sequence's q new
 tokens sits at position seq_len - q + i and sees positions up to its own.
 
-On a GPU, when there are too few (sequence, KV head, tile) programs to fill the SMs and the
-contexts are long, each tile's context is split across several programs (flash-decoding); a
-second small kernel merges their partial softmax states.
+Two layouts of programs, the same arithmetic:
+- per sequence (a GPU): one program per (sequence, KV head, tile of that sequence's new
+  tokens); its rows are the query heads that share the KV head, so the group is served by one
+  pass over the cache. When there are too few programs to fill the SMs and the contexts are long,
+  each tile's context is split across several programs (flash-decoding); a second small kernel
+  merges their partial softmax states.
+- whole batch (the interpreter, where each program and each op costs Python time): one program
+  takes a tile of the batch's tokens, from any sequences, with every head. Its columns walk the
+  batch's contexts laid end to end, each key still found through its own sequence's block table
+  row; a row only sees its own sequence's keys. A decode step is then one program, not
+  sequences x KV heads of them.
 """
 
 from __future__ import annotations
@@ -34,83 +40,120 @@ NEG_BIG = tl.constexpr(-1.0e30)  # running-max start: finite, so masked rows nev
 def _paged_attention_kernel(
     out_ptr, query_ptr, key_cache_ptr, value_cache_ptr,
     block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
+    token_keys_ptr, key_seq_ptr, key_pos_ptr,  # used if WHOLE_BATCH
     qk_scale,  # softmax scale * log2(e): the kernel works in base 2
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_cb, stride_cs, stride_ch, stride_bt,
-    block_size, head_dim,
+    block_size, head_dim, num_kv_heads,
     partial_out_ptr, partial_m_ptr, partial_l_ptr, num_tokens, num_heads,  # used if NUM_SPLITS > 1
-    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_Q: tl.constexpr,
-    HEAD_PAD: tl.constexpr, TILE_N: tl.constexpr, PRECISION: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, DOT_F32: tl.constexpr,  # float32 dots (interpreter with bf16)
+    GROUP: tl.constexpr, KV_PER_PROGRAM: tl.constexpr, HEADS_PAD: tl.constexpr,
+    KV_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, HEAD_PAD: tl.constexpr,
+    TILE_N: tl.constexpr, PRECISION: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    DOT_F32: tl.constexpr,  # float32 dots (interpreter with bf16)
+    WHOLE_BATCH: tl.constexpr,
 ):
-    seq = tl.program_id(0)
-    kv_head = tl.program_id(1)
-    first_q = (tl.program_id(2) // NUM_SPLITS) * BLOCK_Q
-    split = tl.program_id(2) % NUM_SPLITS
-    # Index arithmetic in int64: large caches overflow int32 offsets (and the interpreter skips
-    # its per-op int32 overflow checks).
-    q_start = tl.load(query_start_loc_ptr + seq).to(tl.int64)
-    q_len = tl.load(query_start_loc_ptr + seq + 1).to(tl.int64) - q_start
-    if first_q >= q_len:
-        return
-    context_len = tl.load(seq_lens_ptr + seq).to(tl.int64) - q_len  # positions before the new ones
-
-    rows = tl.arange(0, BLOCK_Q * GROUP_PAD).to(tl.int64)
-    q_idx = first_q + rows // GROUP_PAD  # [M] index among this sequence's new tokens
-    head = kv_head * GROUP + rows % GROUP_PAD  # [M] query head
-    row_ok = (q_idx < q_len) & (rows % GROUP_PAD < GROUP)
-    dims = tl.arange(0, HEAD_PAD).to(tl.int64)
-    dim_ok = dims < head_dim
-    q_offs = (q_start + q_idx)[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :]
-    q = tl.load(query_ptr + q_offs, mask=row_ok[:, None] & dim_ok[None, :], other=0.0)  # [M, D]
+    # Rows are (new token, query head) pairs: HEADS_PAD rows per token for the program's
+    # KV_PER_PROGRAM KV heads and their query heads. Columns of Q/K/V tiles are
+    # (KV head of the program, dim) pairs: a row's query sits in its own KV head's columns and is
+    # zero elsewhere, so one dot gives each row the scores against its own KV head.
+    rows = tl.arange(0, BLOCK_Q * HEADS_PAD).to(tl.int64)
+    in_program = rows % HEADS_PAD  # [M] query head among the program's
+    wide = tl.arange(0, KV_PAD * HEAD_PAD).to(tl.int64)
+    dims = wide % HEAD_PAD  # [W] dim within a head
+    if WHOLE_BATCH:  # program: BLOCK_Q consecutive tokens of the batch, every head
+        kv_first = 0
+        split = 0
+        first_token = tl.program_id(0) * BLOCK_Q
+        token = first_token + rows // HEADS_PAD  # [M]
+        row_ok = (token < num_tokens) & (in_program < KV_PER_PROGRAM * GROUP)
+        token = tl.minimum(token, num_tokens - 1)  # padding rows read the last real token
+        # Columns walk the batch's contexts laid end to end; a row sees the range of columns
+        # from its sequence's first key to its own position.
+        first_key = tl.load(token_keys_ptr + 2 * token)  # [M]
+        last_key = tl.load(token_keys_ptr + 2 * token + 1)  # [M]
+        kv_lo = tl.load(token_keys_ptr + 2 * first_token).to(tl.int64)
+        kv_end = tl.load(token_keys_ptr + 2 * tl.minimum(first_token + BLOCK_Q, num_tokens)
+                         - 1).to(tl.int64) + 1
+        kv_hi = kv_end
+    else:  # program (sequence, KV head, tile of that sequence's new tokens[, split])
+        seq = tl.program_id(0).to(tl.int64)
+        kv_first = tl.program_id(1)
+        first_q = (tl.program_id(2) // NUM_SPLITS) * BLOCK_Q
+        split = tl.program_id(2) % NUM_SPLITS
+        # Index arithmetic in int64: large caches overflow int32 offsets (and the interpreter
+        # skips its per-op int32 overflow checks).
+        q_start = tl.load(query_start_loc_ptr + seq).to(tl.int64)
+        q_len = tl.load(query_start_loc_ptr + seq + 1).to(tl.int64) - q_start
+        if first_q >= q_len:
+            return
+        context_len = tl.load(seq_lens_ptr + seq).to(tl.int64) - q_len  # keys before the new
+        q_idx = first_q + rows // HEADS_PAD  # [M] index among this sequence's new tokens
+        token = q_start + q_idx
+        row_ok = (q_idx < q_len) & (in_program < KV_PER_PROGRAM * GROUP)
+        last_key = context_len + q_idx  # [M] each row's own position: it sees keys up to it
+        kv_end = context_len + tl.minimum(first_q + BLOCK_Q, q_len)  # keys this tile needs
+        # With several splits, each covers its own whole-tile share of [0, kv_end) (maybe none).
+        chunk = (((kv_end + NUM_SPLITS - 1) // NUM_SPLITS + TILE_N - 1) // TILE_N) * TILE_N
+        kv_lo = split * chunk
+        kv_hi = tl.minimum(kv_lo + chunk, kv_end)
+        table_row = block_tables_ptr + seq * stride_bt
+    head = kv_first * GROUP + in_program  # [M] query head
+    own_kv = (wide // HEAD_PAD)[None, :] == (in_program // GROUP)[:, None]  # [M, W]
+    col_ok = (dims < head_dim) & (kv_first + wide // HEAD_PAD < num_kv_heads)  # [W]
+    q_offs = token[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :]
+    q_mask = row_ok[:, None] & col_ok[None, :] & own_kv
+    q = tl.load(query_ptr + q_offs, mask=q_mask, other=0.0)  # [M, W]
     if DOT_F32:
         q = q.to(tl.float32)
-    q_pos = context_len + q_idx  # [M] position of each row's token
 
-    m_i = tl.full([BLOCK_Q * GROUP_PAD], NEG_BIG, tl.float32)  # running max (base 2)
-    l_i = tl.zeros([BLOCK_Q * GROUP_PAD], tl.float32)  # running sum
-    acc = tl.zeros([BLOCK_Q * GROUP_PAD, HEAD_PAD], tl.float32)  # [M, D]
-    kv_end = context_len + tl.minimum(first_q + BLOCK_Q, q_len)  # keys this tile needs
-    # With several splits, each covers its own whole-tile share of [0, kv_end) (maybe none).
-    chunk = tl.cdiv(tl.cdiv(kv_end, NUM_SPLITS), TILE_N) * TILE_N
-    kv_lo = split * chunk
-    table_row = block_tables_ptr + seq * stride_bt
-    k_base = key_cache_ptr + kv_head * stride_ch + dims[None, :]  # [1, D]
-    v_base = value_cache_ptr + kv_head * stride_ch + dims[None, :]  # [1, D]
+    # tl.full, not tl.zeros: a builtin, where tl.zeros is a @jit helper, and the interpreter
+    # re-patches the language on every call of one (~0.5 ms each).
+    m_i = tl.full([BLOCK_Q * HEADS_PAD], NEG_BIG, tl.float32)  # running max (base 2)
+    l_i = tl.full([BLOCK_Q * HEADS_PAD], 0.0, tl.float32)  # running sum
+    acc = tl.full([BLOCK_Q * HEADS_PAD, KV_PAD * HEAD_PAD], 0.0, tl.float32)  # [M, W]
+    k_base = key_cache_ptr + (kv_first + wide // HEAD_PAD) * stride_ch + dims  # [W]
+    v_base = value_cache_ptr + (kv_first + wide // HEAD_PAD) * stride_ch + dims  # [W]
     tile = tl.arange(0, TILE_N).to(tl.int64)
-    for start in range(kv_lo, tl.minimum(kv_lo + chunk, kv_end), TILE_N):
-        pos = start + tile  # [N] logical positions
-        # Positions past kv_end are clamped onto the last needed one (so every read stays inside
-        # the block table and the cache) and then masked out by the causal test below.
-        kept = tl.minimum(pos, kv_end - 1)
-        physical = tl.load(table_row + kept // block_size).to(tl.int64)  # [N] physical blocks
-        slot_offs = (physical * stride_cb + (kept % block_size) * stride_cs)[:, None]  # [N, 1]
-        k = tl.load(k_base + slot_offs, mask=dim_ok[None, :], other=0.0)  # [N, D]
+    for start in range(kv_lo, kv_hi, TILE_N):
+        cols = start + tile  # [N]
+        # Columns past kv_end are clamped onto the last needed one (so every read stays inside
+        # the block table and the cache) and then masked out below.
+        kept = tl.minimum(cols, kv_end - 1)
+        if WHOLE_BATCH:
+            table = block_tables_ptr + tl.load(key_seq_ptr + kept) * stride_bt  # [N] its row
+            pos = tl.load(key_pos_ptr + kept)  # [N] position in its sequence
+            visible = (cols[None, :] >= first_key[:, None]) & (cols[None, :] <= last_key[:, None])
+        else:
+            table = table_row
+            pos = kept
+            visible = cols[None, :] <= last_key[:, None]  # [M, N]
+        physical = tl.load(table + pos // block_size).to(tl.int64)  # [N] physical blocks
+        slot_offs = (physical * stride_cb + (pos % block_size) * stride_cs)[:, None]  # [N, 1]
+        k = tl.load(k_base[None, :] + slot_offs, mask=col_ok[None, :], other=0.0)  # [N, W]
         if DOT_F32:
             k = k.to(tl.float32)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [M, N]
-        s = tl.where(pos[None, :] <= q_pos[:, None], s, float("-inf"))
+        s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)  # rescales what was summed under the old max
         p = tl.exp2(s - m_new[:, None])  # [M, N]
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + slot_offs, mask=dim_ok[None, :], other=0.0)  # [N, D]
+        v = tl.load(v_base[None, :] + slot_offs, mask=col_ok[None, :], other=0.0)  # [N, W]
         if DOT_F32:
             v = v.to(tl.float32)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
 
+    out_mask = q_mask  # each row writes its own head's columns
     if NUM_SPLITS == 1:
-        out = acc / tl.where(row_ok, l_i, 1.0)[:, None]  # [M, D]
-        o_offs = (q_start + q_idx)[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :]
-        tl.store(out_ptr + o_offs, out.to(out_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & dim_ok[None, :])
+        out = acc / tl.where(row_ok, l_i, 1.0)[:, None]  # [M, W]
+        o_offs = token[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :]
+        tl.store(out_ptr + o_offs, out.to(out_ptr.dtype.element_ty), mask=out_mask)
     else:  # keep this split's unnormalised state; _merge_splits_kernel combines the splits
-        part = (split * num_tokens + q_start + q_idx) * num_heads + head  # [M]
+        part = (split * num_tokens + token) * num_heads + head  # [M]
         tl.store(partial_m_ptr + part, m_i, mask=row_ok)
         tl.store(partial_l_ptr + part, l_i, mask=row_ok)
-        tl.store(partial_out_ptr + part[:, None] * head_dim + dims[None, :], acc,
-                 mask=row_ok[:, None] & dim_ok[None, :])
+        tl.store(partial_out_ptr + part[:, None] * head_dim + dims[None, :], acc, mask=out_mask)
 
 
 @triton.jit
@@ -253,53 +296,93 @@ def choose_num_splits(shapes: AttentionShapes, programs: int, device: torch.devi
     return max(1, min(triton.cdiv(2 * sms, programs), shapes.max_seq_len // 512, 16))
 
 
+def whole_batch_keys(seq_lens: torch.Tensor, query_start_loc: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Where each token and key sits when the batch's contexts are laid end to end.
+
+    Returns token_keys int64 [num_tokens, 2] (the first key of the token's sequence, and the
+    token's own key: the range it attends to), key_seq and key_pos int64 [total keys] (each
+    key's sequence and position in it). The kernel still finds each key's physical block
+    through the block table; this only says which row of the table to read.
+    """
+    seq_lens = seq_lens.long()
+    key_start = torch.cumsum(seq_lens, 0) - seq_lens  # [num_seqs]
+    seq_ids = torch.arange(len(seq_lens), device=seq_lens.device)
+    query_lens = (query_start_loc[1:] - query_start_loc[:-1]).long()  # [num_seqs]
+    token_seq = torch.repeat_interleave(seq_ids, query_lens)  # [num_tokens]
+    token_index = torch.arange(len(token_seq), device=seq_lens.device)
+    # A token's key: its sequence's end, less the new tokens after it.
+    own_key = (key_start + seq_lens)[token_seq] - query_start_loc[1:].long()[token_seq] + token_index
+    token_keys = torch.stack([key_start[token_seq], own_key], 1)  # [num_tokens, 2]
+    key_seq = torch.repeat_interleave(seq_ids, seq_lens)  # [total keys]
+    key_pos = torch.arange(len(key_seq), device=seq_lens.device) - key_start[key_seq]
+    return token_keys.contiguous(), key_seq, key_pos
+
+
 def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cache: torch.Tensor,
                            value_cache: torch.Tensor, block_tables: torch.Tensor,
                            seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
-                           num_splits: int | None = None) -> torch.Tensor:
+                           num_splits: int | None = None,
+                           whole_batch: bool | None = None) -> torch.Tensor:
     """Launch the kernel on inputs `check_paged_inputs` accepted (benchmarks time this alone).
 
     num_splits: how many programs share one tile's context (flash-decoding); None chooses.
+    whole_batch: one program per tile of the batch's tokens, all sequences and heads at once,
+    instead of one per (sequence, KV head, tile). None chooses it for the interpreter, where
+    each program and each op costs Python time; a GPU wants many small programs.
     """
     out = torch.empty_like(query)  # [num_tokens, num_heads, head_dim]
     if shapes.max_query_len == 0:
         return out
+    if whole_batch is None:
+        whole_batch = not query.is_cuda and not num_splits
+    if whole_batch and (num_splits or 1) > 1:
+        raise ValueError("num_splits: splitting a context across programs needs "
+                         "whole_batch=False")
     group = shapes.num_heads // shapes.num_kv_heads
-    group_pad = triton.next_power_of_2(group)
+    kv_per_program = shapes.num_kv_heads if whole_batch else 1
+    heads_pad = triton.next_power_of_2(kv_per_program * group)
     head_pad = max(16, triton.next_power_of_2(shapes.head_dim))
     # Tile sizes: on a GPU, 16..64 rows of (token, head) and 32..64 positions per step (smaller
-    # for wide rows, to stay within shared memory); in the interpreter every program and every
-    # op costs Python time, so fewer, larger tiles.
+    # for wide rows, to stay within shared memory); in the interpreter, fewer, larger tiles.
     if query.is_cuda:
         max_rows = tile_n = 64 if head_pad * query.element_size() <= 256 else 32
     else:
-        max_rows, tile_n = 128, 256
-    min_q = max(1, 16 // group_pad)  # tl.dot needs at least 16 rows
-    block_q = max(min_q, min(max(1, max_rows // group_pad),
-                             triton.next_power_of_2(shapes.max_query_len)))
-    q_tiles = triton.cdiv(shapes.max_query_len, block_q)
+        max_rows, tile_n = (256 if whole_batch else 128), 256
+    min_q = max(1, 16 // heads_pad)  # tl.dot needs at least 16 rows
+    longest = shapes.num_tokens if whole_batch else shapes.max_query_len
+    block_q = max(min_q, min(max(1, max_rows // heads_pad), triton.next_power_of_2(longest)))
+    q_tiles = triton.cdiv(longest, block_q)
     # Triton's interpreter keeps bfloat16 as raw 16-bit integers and cannot multiply them.
     dot_f32 = not query.is_cuda and query.dtype == torch.bfloat16
-    if num_splits is None:
-        num_splits = choose_num_splits(shapes, shapes.num_seqs * shapes.num_kv_heads * q_tiles,
-                                       query.device)
+    if whole_batch:
+        num_splits, grid = 1, (q_tiles, 1, 1)
+        token_keys, key_seq, key_pos = whole_batch_keys(seq_lens, query_start_loc)
+    else:
+        if num_splits is None:
+            num_splits = choose_num_splits(
+                shapes, shapes.num_seqs * shapes.num_kv_heads * q_tiles, query.device)
+        grid = (shapes.num_seqs, shapes.num_kv_heads, q_tiles * num_splits)
+        token_keys = key_seq = key_pos = query_start_loc  # unused
     partial_shape = (num_splits, shapes.num_tokens, shapes.num_heads)
     partial_m = torch.empty(partial_shape if num_splits > 1 else (1,), dtype=torch.float32,
                             device=query.device)  # [num_splits, num_tokens, num_heads]
     partial_l = torch.empty_like(partial_m)
     partial_out = torch.empty((*partial_shape, shapes.head_dim) if num_splits > 1 else (1,),
                               dtype=torch.float32, device=query.device)
-    grid = (shapes.num_seqs, shapes.num_kv_heads, q_tiles * num_splits)
     _paged_attention_kernel[grid](
         out, query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
+        token_keys, key_seq, key_pos,
         shapes.scale * LOG2E,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), block_tables.stride(0),
-        shapes.block_size, shapes.head_dim,
+        shapes.block_size, shapes.head_dim, shapes.num_kv_heads,
         partial_out, partial_m, partial_l, shapes.num_tokens, shapes.num_heads,
-        GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, HEAD_PAD=head_pad, TILE_N=tile_n,
+        GROUP=group, KV_PER_PROGRAM=kv_per_program, HEADS_PAD=heads_pad,
+        KV_PAD=triton.next_power_of_2(kv_per_program), BLOCK_Q=block_q, HEAD_PAD=head_pad,
+        TILE_N=tile_n,
         PRECISION="ieee" if query.dtype == torch.float32 or dot_f32 else "tf32",
-        NUM_SPLITS=num_splits, DOT_F32=dot_f32,
+        NUM_SPLITS=num_splits, DOT_F32=dot_f32, WHOLE_BATCH=whole_batch,
     )
     if num_splits > 1:
         _merge_splits_kernel[(shapes.num_tokens, shapes.num_heads)](

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from kernels.paged_attention import check_paged_inputs, launch_paged_attention, paged_attention
+from kernels.paged_attention import (check_paged_inputs, launch_paged_attention, paged_attention,
+                                     whole_batch_keys)
 from kernels.reference import dense_attention, gather_kv, online_softmax_steps
 
 
@@ -77,10 +78,14 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref.double()).abs().max() / ref.double().abs().max()).item()
 
 
+@pytest.mark.parametrize("whole_batch", [True, False], ids=["whole_batch", "per_sequence"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_kernel_matches_dense_reference_float32(case: Case) -> None:
+def test_kernel_matches_dense_reference_float32(case: Case, whole_batch: bool) -> None:
+    """Both program layouts: the interpreter's default (one program for many sequences and
+    every head) and a GPU's (one program per sequence, KV head and tile of new tokens)."""
     inputs = make_inputs(case, torch.float32, "cpu", seed=CASES.index(case))
-    out = paged_attention(**inputs)
+    shapes = check_paged_inputs(**inputs)
+    out = launch_paged_attention(shapes, **inputs, whole_batch=whole_batch)
     ref = dense_attention(**inputs)
     assert out.shape == inputs["query"].shape and out.dtype == torch.float32
     assert torch.isfinite(out).all()
@@ -111,6 +116,8 @@ def test_context_split_across_programs_matches(case: Case) -> None:
     for num_splits in (2, 5):
         out = launch_paged_attention(shapes, **inputs, num_splits=num_splits)
         assert relative_error(out, ref) < 1e-5
+    with pytest.raises(ValueError, match="num_splits"):
+        launch_paged_attention(shapes, **inputs, num_splits=2, whole_batch=True)
 
 
 def test_custom_scale_and_strided_query() -> None:
@@ -202,3 +209,13 @@ def test_bad_input_raises_value_error_naming_the_argument(name: str,
         paged_attention(**inputs)
     with pytest.raises(ValueError, match=f"^{name}:"):
         dense_attention(**inputs)
+
+
+def test_whole_batch_keys_lay_contexts_end_to_end() -> None:
+    """Sequence 0: 3 keys, its last one new; sequence 1: 2 keys, both new."""
+    seq_lens = torch.tensor([3, 2], dtype=torch.int32)
+    query_start_loc = torch.tensor([0, 1, 3], dtype=torch.int32)
+    token_keys, key_seq, key_pos = whole_batch_keys(seq_lens, query_start_loc)
+    assert token_keys.tolist() == [[0, 2], [3, 3], [3, 4]]
+    assert key_seq.tolist() == [0, 0, 0, 1, 1]
+    assert key_pos.tolist() == [0, 1, 2, 0, 1]
