@@ -3,8 +3,9 @@
 On CUDA: 32 query heads, 8 KV heads, head_dim 128, bf16, block size 16, batch 1..256 and
 context 512..32k (configs that do not fit in memory are skipped), timed with CUDA events.
 Paged time is the kernel launch alone (input checks done once, outside the timing).
-Without CUDA the kernel runs in Triton's interpreter, so only a tiny float32 size runs, to show
-it works; those times measure Python, not a GPU.
+Without CUDA the kernel runs in Triton's interpreter, so only tiny float32 sizes run, in both
+program layouts (whole batch, the interpreter's default; per sequence, a GPU's); those times
+measure Python, not a GPU.
 
     python bench/kernel.py [--reps 20] [--out results.json|results.md]
 """
@@ -76,20 +77,22 @@ def time_ms(fn: Callable[[], object], warmup: int, reps: int, cuda: bool) -> flo
 
 
 def run_config(batch: int, context: int, heads: int, kv_heads: int, head_dim: int,
-               dtype: torch.dtype, warmup: int, reps: int) -> dict:
+               dtype: torch.dtype, warmup: int, reps: int, whole_batch: bool | None) -> dict:
     device = backend().device
     paged, k_dense, v_dense = decode_inputs(batch, context, heads, kv_heads, head_dim, dtype,
                                             device)
     shapes = check_paged_inputs(**paged)
     q_dense = paged["query"][:, :, None, :]  # [batch, heads, 1, head_dim]
     cuda = backend().is_cuda
-    paged_ms = time_ms(lambda: launch_paged_attention(shapes, **paged), warmup, reps, cuda)
+    paged_ms = time_ms(lambda: launch_paged_attention(shapes, **paged, whole_batch=whole_batch),
+                       warmup, reps, cuda)
     dense_ms = time_ms(lambda: F.scaled_dot_product_attention(q_dense, k_dense, v_dense,
                                                               enable_gqa=True), warmup, reps, cuda)
-    out = launch_paged_attention(shapes, **paged)
+    out = launch_paged_attention(shapes, **paged, whole_batch=whole_batch)
     ref = F.scaled_dot_product_attention(q_dense, k_dense, v_dense, enable_gqa=True)[:, :, 0]
     kv_bytes = 2 * batch * context * kv_heads * head_dim * paged["key_cache"].element_size()
-    return {"batch": batch, "context": context, "heads": f"{heads}/{kv_heads}",
+    layout = "whole batch" if (not cuda if whole_batch is None else whole_batch) else "per sequence"
+    return {"batch": batch, "context": context, "heads": f"{heads}/{kv_heads}", "layout": layout,
             "head_dim": head_dim, "dtype": str(dtype).removeprefix("torch."),
             "paged_ms": paged_ms, "dense_ms": dense_ms, "paged_gbps": kv_bytes / paged_ms / 1e6,
             "paged_over_dense": paged_ms / dense_ms,
@@ -104,11 +107,11 @@ def fits(batch: int, context: int, kv_heads: int, head_dim: int, dtype: torch.dt
 
 def to_markdown(rows: list[dict], machine: str) -> str:
     lines = [f"Machine: {machine}", "",
-             "| batch | context | heads | head_dim | dtype | paged ms | dense ms | paged GB/s "
-             "| paged/dense | max abs diff |", "|" + "---|" * 10]
+             "| batch | context | heads | head_dim | dtype | programs | paged ms | dense ms "
+             "| paged GB/s | paged/dense | max abs diff |", "|" + "---|" * 11]
     for r in rows:
         lines.append(f"| {r['batch']} | {r['context']} | {r['heads']} | {r['head_dim']} "
-                     f"| {r['dtype']} | {r['paged_ms']:.3f} | {r['dense_ms']:.3f} "
+                     f"| {r['dtype']} | {r['layout']} | {r['paged_ms']:.3f} | {r['dense_ms']:.3f} "
                      f"| {r['paged_gbps']:.3g} | {r['paged_over_dense']:.2f} "
                      f"| {r['max_abs_diff']:.1e} |")
     return "\n".join(lines)
@@ -127,7 +130,7 @@ def main() -> None:
         configs = [(b, c) for b in (1, 8, 32, 64, 128, 256) for c in (512, 2048, 8192, 32768)]
     else:
         heads, kv_heads, head_dim, dtype = 8, 2, 64, torch.float32
-        configs = [(1, 128), (4, 256), (4, 512)]
+        configs = [(1, 128), (4, 256), (4, 512), (16, 256)]
         args.reps, args.warmup = min(args.reps, 5), 2
         machine += " (tiny float32 sizes only: these times measure Python, not a GPU)"
     print(f"paged attention vs dense SDPA, decode: {machine}")
@@ -136,12 +139,15 @@ def main() -> None:
         if backend().is_cuda and not fits(batch, context, kv_heads, head_dim, dtype):
             print(f"skip batch={batch} context={context}: does not fit in free GPU memory")
             continue
-        rows.append(run_config(batch, context, heads, kv_heads, head_dim, dtype,
-                               args.warmup, args.reps))
-        r = rows[-1]
-        print(f"batch={batch:4d} context={context:6d}  paged {r['paged_ms']:9.3f} ms  "
-              f"dense {r['dense_ms']:9.3f} ms  {r['paged_gbps']:8.3g} GB/s  "
-              f"paged/dense {r['paged_over_dense']:6.2f}  max|diff| {r['max_abs_diff']:.1e}")
+        # The interpreter's default program layout, and the per-sequence one a GPU uses.
+        for whole_batch in ((None,) if backend().is_cuda else (True, False)):
+            rows.append(run_config(batch, context, heads, kv_heads, head_dim, dtype,
+                                   args.warmup, args.reps, whole_batch))
+            r = rows[-1]
+            print(f"batch={batch:4d} context={context:6d} {r['layout']:12}  paged "
+                  f"{r['paged_ms']:9.3f} ms  dense {r['dense_ms']:9.3f} ms  "
+                  f"{r['paged_gbps']:8.3g} GB/s  paged/dense {r['paged_over_dense']:6.2f}  "
+                  f"max|diff| {r['max_abs_diff']:.1e}", flush=True)
         if backend().is_cuda:
             torch.cuda.empty_cache()
     table = to_markdown(rows, machine)

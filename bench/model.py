@@ -12,13 +12,14 @@ together. Rows:
 times vary with the machine's load (printed), so "CPU ms/step" (this process's CPU time per
 decode step) is shown too: it stays steady under load when torch runs one thread (--threads 1).
 
-    python bench/model.py [--tokens 32] [--batches 1 8] [--threads N]
+    python bench/model.py [--tokens 32] [--batches 1 8] [--threads N] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -74,9 +75,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="the rows run this many times, interleaved; medians are shown")
     args = parser.parse_args()
     if args.tokens < 2:
         parser.error("--tokens must be at least 2 (one prefill token, one decode step)")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
     lm = load_smollm2()
@@ -85,21 +90,25 @@ def main() -> None:
             ("paged, gather only", "paged", "none")]
     print(f"backend: {backend().describe()}; load average {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} CPUs; torch threads {torch.get_num_threads()}; "
-          f"{args.tokens} new tokens per sequence, greedy, float32")
+          f"{args.tokens} new tokens per sequence, greedy, float32; median of {args.rounds} "
+          "interleaved rounds (paged/dense: the median of each round's ratio)")
     time_run(lm, "dense", None, 1, 4)  # warm-up: first calls allocate and import lazily
     print(f"| {'cache':34} | batch | tok/s | decode tok/s | CPU ms/step | paged/dense "
           "| same tokens |")
     print(f"|{'-' * 36}|------:|------:|-------------:|------------:|------------:"
           "|:-----------:|")
+    median = statistics.median
     for batch in args.batches:
-        dense_rate, dense_decode, dense_tokens = 0.0, 0.0, []
-        for label, kind, plan in rows:
-            rate, decode, cpu_ms, tokens = time_run(lm, kind, plan, batch, args.tokens)
-            if kind == "dense":
-                dense_rate, dense_decode, dense_tokens = rate, decode, tokens
-            ratio = decode / dense_decode
-            same = "yes" if tokens == dense_tokens else "NO"
-            print(f"| {label:34} | {batch:5} | {rate:5.1f} | {decode:12.1f} | {cpu_ms:11.0f} | "
+        runs: list[list[tuple[float, float, float, list[list[int]]]]] = [[] for _ in rows]
+        for _ in range(args.rounds):  # interleaved, so a change in the machine's load hits all
+            for i, (_, kind, plan) in enumerate(rows):
+                runs[i].append(time_run(lm, kind, plan, batch, args.tokens))
+        dense = runs[0]
+        for (label, _, _), row in zip(rows, runs):
+            ratio = median(r[1] / d[1] for r, d in zip(row, dense))
+            same = "yes" if all(r[3] == d[3] for r, d in zip(row, dense)) else "NO"
+            print(f"| {label:34} | {batch:5} | {median(r[0] for r in row):5.1f} | "
+                  f"{median(r[1] for r in row):12.1f} | {median(r[2] for r in row):11.0f} | "
                   f"{ratio:11.2f} | {same:^11} |", flush=True)
 
 

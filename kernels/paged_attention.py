@@ -98,10 +98,11 @@ def _paged_attention_kernel(
         kv_hi = tl.minimum(kv_lo + chunk, kv_end)
         table_row = block_tables_ptr + seq * stride_bt
     head = kv_first * GROUP + in_program  # [M] query head
-    own_kv = (wide // HEAD_PAD)[None, :] == (in_program // GROUP)[:, None]  # [M, W]
-    col_ok = (dims < head_dim) & (kv_first + wide // HEAD_PAD < num_kv_heads)  # [W]
+    col_kv = kv_first + wide // HEAD_PAD  # [W] KV head of each column
+    own_kv = col_kv[None, :] == (head // GROUP)[:, None]  # [M, W]
+    col_ok = ((dims < head_dim) & (col_kv < num_kv_heads))[None, :]  # [1, W]
     q_offs = token[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :]
-    q_mask = row_ok[:, None] & col_ok[None, :] & own_kv
+    q_mask = row_ok[:, None] & col_ok & own_kv
     q = tl.load(query_ptr + q_offs, mask=q_mask, other=0.0)  # [M, W]
     if DOT_F32:
         q = q.to(tl.float32)
@@ -111,8 +112,7 @@ def _paged_attention_kernel(
     m_i = tl.full([BLOCK_Q * HEADS_PAD], NEG_BIG, tl.float32)  # running max (base 2)
     l_i = tl.full([BLOCK_Q * HEADS_PAD], 0.0, tl.float32)  # running sum
     acc = tl.full([BLOCK_Q * HEADS_PAD, KV_PAD * HEAD_PAD], 0.0, tl.float32)  # [M, W]
-    k_base = key_cache_ptr + (kv_first + wide // HEAD_PAD) * stride_ch + dims  # [W]
-    v_base = value_cache_ptr + (kv_first + wide // HEAD_PAD) * stride_ch + dims  # [W]
+    col_offs = (col_kv * stride_ch + dims)[None, :]  # [1, W] within a slot
     tile = tl.arange(0, TILE_N).to(tl.int64)
     for start in range(kv_lo, kv_hi, TILE_N):
         cols = start + tile  # [N]
@@ -128,8 +128,8 @@ def _paged_attention_kernel(
             pos = kept
             visible = cols[None, :] <= last_key[:, None]  # [M, N]
         physical = tl.load(table + pos // block_size).to(tl.int64)  # [N] physical blocks
-        slot_offs = (physical * stride_cb + (pos % block_size) * stride_cs)[:, None]  # [N, 1]
-        k = tl.load(k_base[None, :] + slot_offs, mask=col_ok[None, :], other=0.0)  # [N, W]
+        offs = (physical * stride_cb + (pos % block_size) * stride_cs)[:, None] + col_offs
+        k = tl.load(key_cache_ptr + offs, mask=col_ok, other=0.0)  # [N, W]
         if DOT_F32:
             k = k.to(tl.float32)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [M, N]
@@ -138,7 +138,7 @@ def _paged_attention_kernel(
         alpha = tl.exp2(m_i - m_new)  # rescales what was summed under the old max
         p = tl.exp2(s - m_new[:, None])  # [M, N]
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base[None, :] + slot_offs, mask=col_ok[None, :], other=0.0)  # [N, W]
+        v = tl.load(value_cache_ptr + offs, mask=col_ok, other=0.0)  # [N, W]
         if DOT_F32:
             v = v.to(tl.float32)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)

@@ -91,6 +91,13 @@ class KVPool:
         pairs = self._layer_base + torch.tensor([[src, dst]], device=self.device)  # [L, 2]
         copy_blocks(self._keys, self._values, pairs)
 
+    def read_slots(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of every layer at these slots, one gather each: [num_layers, *slots.shape,
+        num_kv_heads, head_dim]."""
+        c = self.config
+        per_layer = (c.num_layers, c.num_blocks * c.block_size, c.num_kv_heads, c.head_dim)
+        return self._keys.view(per_layer)[:, slots], self._values.view(per_layer)[:, slots]
+
     def gather(self, block_table: list[int], length: int,
                layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Read a sequence's K/V back through its block table: each [length, kv_heads, head_dim]."""

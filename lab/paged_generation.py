@@ -6,8 +6,8 @@ Each forward step, for each layer:
   then run the Triton `paged_attention` kernel, which reads K/V through the block tables.
   One of them per step is also run through the float64 dense reference, and the error kept.
 - "torch gather" layers read the earlier tokens' K/V from the same pool through the same block
-  tables with one vectorized gather, place the new tokens' K/V beside them, and run plain
-  attention. The Triton interpreter is too slow for all 30 layers per token on a CPU, so there
+  tables (one vectorized gather, for every layer at once, at the first such layer), place the
+  new tokens' K/V beside them, and run plain attention. The Triton interpreter is too slow for all 30 layers per token on a CPU, so there
   the kernel serves one layer per step (a different one each step) and the gather the others.
 At the end of the step the new K/V of every layer goes into the pool through
 `KVCacheManager.write` (KVPool.write, the cache-write kernel), which also registers blocks that
@@ -82,6 +82,8 @@ class PagedStep:
         self.kernel_layers = {"every layer": tuple(range(cache.num_layers)),
                               "one layer": (rotating,), "none": ()}[cache.kernel_plan]
         self.checked_layer = rotating if self.kernel_layers else None
+        # Gather layers read every layer's earlier K/V through the block tables at once.
+        self.context: tuple[torch.Tensor, torch.Tensor] | None = None  # [L, S, C, KV, D] each
         self.keys: list[torch.Tensor] = []  # per layer [T, KV, D]
         self.values: list[torch.Tensor] = []
         self.check: AttentionCheck | None = None
@@ -100,9 +102,9 @@ class PagedStep:
             if layer == self.checked_layer:
                 self.check = compare(out, dense_attention(*args))
             return out
-        num_kv_heads, head_dim = key.shape[1:]
-        keys = key_cache.view(-1, num_kv_heads, head_dim)[self.context_slots]  # [S, C, KV, D]
-        values = value_cache.view(-1, num_kv_heads, head_dim)[self.context_slots]
+        if self.context is None:
+            self.context = pool.read_slots(self.context_slots)
+        keys, values = self.context[0][layer], self.context[1][layer]  # [S, C, KV, D]
         keys[self.layout.token_seq, self.layout.positions] = key  # new tokens, not stored yet
         values[self.layout.token_seq, self.layout.positions] = value
         return context_attention(query, keys, values, self.layout)  # [T, H, D]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernels.cache_ops import copy_blocks, write_kv
-from kernels.paged_attention import paged_attention
+from kernels.paged_attention import check_paged_inputs, launch_paged_attention, paged_attention
 from kernels.reference import dense_attention
 from tests.test_paged_attention import CASES, Case, make_inputs
 
@@ -36,10 +36,12 @@ def test_kernel_matches_dense_reference_half(case: Case, dtype: torch.dtype) -> 
     torch.testing.assert_close(out.float(), ref.float(), atol=1.5e-2, rtol=1e-2)
 
 
+@pytest.mark.parametrize("whole_batch", [False, True], ids=["per_sequence", "whole_batch"])
 @pytest.mark.parametrize("case", CASES[:4], ids=lambda c: c.name)
-def test_kernel_matches_dense_reference_float32(case: Case) -> None:
+def test_kernel_matches_dense_reference_float32(case: Case, whole_batch: bool) -> None:
+    """Compiled, both program layouts (a GPU's default is per sequence)."""
     inputs = make_inputs(case, torch.float32, "cuda", seed=CASES.index(case))
-    out = paged_attention(**inputs)
+    out = launch_paged_attention(check_paged_inputs(**inputs), **inputs, whole_batch=whole_batch)
     ref = dense_attention(**inputs)
     assert ((out.double() - ref.double()).abs().max() / ref.double().abs().max()).item() < 1e-5
 
