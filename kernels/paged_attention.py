@@ -191,6 +191,7 @@ class AttentionShapes:
     block_size: int
     max_query_len: int
     max_seq_len: int
+    total_keys: int  # sum of seq_lens
     scale: float
 
 
@@ -275,7 +276,8 @@ def check_paged_inputs(query: torch.Tensor, key_cache: torch.Tensor, value_cache
     elif not isinstance(scale, (int, float)) or not (0 < abs(float(scale)) < float("inf")):
         raise _fail("scale", f"must be a finite non-zero number, got {scale!r}")
     return AttentionShapes(num_tokens, num_heads, num_kv_heads, head_dim, num_seqs, block_size,
-                           max(query_lens, default=0), max(lens, default=0), float(scale))
+                           max(query_lens, default=0), max(lens, default=0), sum(lens),
+                           float(scale))
 
 
 @cache
@@ -347,8 +349,10 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
     # for wide rows, to stay within shared memory); in the interpreter, fewer, larger tiles.
     if query.is_cuda:
         max_rows = tile_n = 64 if head_pad * query.element_size() <= 256 else 32
+    elif whole_batch:  # a tile of keys wide enough for the batch's contexts, up to 512
+        max_rows, tile_n = 256, max(16, min(512, triton.next_power_of_2(shapes.total_keys)))
     else:
-        max_rows, tile_n = (256 if whole_batch else 128), 256
+        max_rows, tile_n = 128, 256
     min_q = max(1, 16 // heads_pad)  # tl.dot needs at least 16 rows
     longest = shapes.num_tokens if whole_batch else shapes.max_query_len
     block_q = max(min_q, min(max(1, max_rows // heads_pad), triton.next_power_of_2(longest)))

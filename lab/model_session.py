@@ -181,7 +181,6 @@ def size_check(session: ModelSession) -> SizeCheck:
 
 @dataclass(frozen=True)
 class KernelSummary:
-    kernel_layers: tuple[int, ...]  # every layer the Triton kernel served during the run
     num_steps: int
     max_abs_error: float  # worst kernel-vs-float64-dense error over the checked layers
     all_ok: bool
@@ -191,6 +190,5 @@ def kernel_summary(reports: list[StepReport]) -> KernelSummary | None:
     checks = [r.check for r in reports if r.check is not None]
     if not checks:
         return None
-    layers = sorted({layer for r in reports for layer in r.kernel_layers})
-    return KernelSummary(tuple(layers), len(reports), max(c.max_abs_error for c in checks),
+    return KernelSummary(len(reports), max(c.max_abs_error for c in checks),
                          all(c.ok for c in checks))

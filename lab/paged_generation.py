@@ -2,16 +2,17 @@
 (block pool, forks, copy-on-write, prefix cache) that every other page drives.
 
 Each forward step, for each layer:
-- "Triton kernel" layers store the new tokens' K/V into the pool with the cache-write kernel,
-  then run the Triton `paged_attention` kernel, which reads K/V through the block tables.
-  One of them per step is also run through the float64 dense reference, and the error kept.
+- "Triton kernel" layers have the new tokens' K/V stored in the pool by the cache-write kernel,
+  then run the Triton `paged_attention` kernel, which reads K/V through the block tables. The
+  last of them is also run through the float64 dense reference, and the error kept.
 - "torch gather" layers read the earlier tokens' K/V from the same pool through the same block
   tables (one vectorized gather, for every layer at once, at the first such layer), place the
-  new tokens' K/V beside them, and run plain attention. The Triton interpreter is too slow for all 30 layers per token on a CPU, so there
-  the kernel serves one layer per step (a different one each step) and the gather the others.
-At the end of the step the new K/V of every layer goes into the pool through
-`KVCacheManager.write` (KVPool.write, the cache-write kernel), which also registers blocks that
-became full in the prefix cache.
+  new tokens' K/V beside them, and run plain attention.
+On a GPU the kernel serves every layer, each writing its own K/V first. The Triton interpreter
+is too slow for 30 layers per token on a CPU, so there the kernel serves the last layer: by
+then every layer's new K/V is known, and one `KVCacheManager.write_batch` (KVPool.write, one
+launch of the cache-write kernel) stores them all before the kernel reads the pool. The
+manager commits the new positions, which registers blocks that became full in the prefix cache.
 """
 
 from __future__ import annotations
@@ -78,10 +79,11 @@ class PagedStep:
         pos = torch.arange(max(self.layout.seq_lens), device=self.device)  # [C]
         physical = self.block_tables[:, pos // bs].long()  # [S, C]
         self.context_slots = physical * bs + pos % bs  # [S, C] slot of each context position
-        rotating = cache.num_steps % cache.num_layers  # a different layer each step
+        last = cache.num_layers - 1
         self.kernel_layers = {"every layer": tuple(range(cache.num_layers)),
-                              "one layer": (rotating,), "none": ()}[cache.kernel_plan]
-        self.checked_layer = rotating if self.kernel_layers else None
+                              "one layer": (last,), "none": ()}[cache.kernel_plan]
+        self.checked_layer = last if self.kernel_layers else None
+        self.written = False  # every layer's new K/V in the pool and committed
         # Gather layers read every layer's earlier K/V through the block tables at once.
         self.context: tuple[torch.Tensor, torch.Tensor] | None = None  # [L, S, C, KV, D] each
         self.keys: list[torch.Tensor] = []  # per layer [T, KV, D]
@@ -95,7 +97,10 @@ class PagedStep:
         pool = self.cache.manager.pool
         key_cache, value_cache = pool.key_caches[layer], pool.value_caches[layer]
         if layer in self.kernel_layers:
-            write_kv(key_cache, value_cache, key, value, self.slot_mapping)
+            if self.cache.kernel_plan == "every layer":
+                write_kv(key_cache, value_cache, key, value, self.slot_mapping)  # this layer's
+            else:  # the last layer: every layer's new K/V is known, written in one launch
+                self._write_all()
             args = (query, key_cache, value_cache, self.block_tables,
                     self.layout.seq_lens_tensor, self.layout.query_start_loc)
             out = paged_attention(*args)  # [T, H, D]
@@ -109,11 +114,20 @@ class PagedStep:
         values[self.layout.token_seq, self.layout.positions] = value
         return context_attention(query, keys, values, self.layout)  # [T, H, D]
 
-    def store(self) -> StepReport:
-        """Write every layer's new K/V into the pool (KVPool.write) and report the step."""
+    def _write_all(self) -> None:
+        """Write every layer's new K/V into the pool (KVPool.write, one launch) and commit it."""
         keys = torch.stack(self.keys)  # [num_layers, T, KV, D]
         values = torch.stack(self.values)
         self.cache.manager.write_batch([s.seq_id for s in self.seqs], keys, values)
+        self.written = True
+
+    def store(self) -> StepReport:
+        """Finish the step's writes (whatever the layers did not write yet) and report it."""
+        if self.cache.kernel_plan == "every layer":  # each layer wrote its own K/V
+            for seq in self.seqs:
+                self.cache.manager.commit(seq.seq_id, len(seq))
+        elif not self.written:
+            self._write_all()
         all_layers = range(len(self.keys))
         return StepReport(self.cache.num_steps, self.layout.num_seqs, len(self.token_ids),
                           self.kernel_layers,

@@ -195,10 +195,10 @@ if result is not None:
     st.subheader("Which implementation served which layers")
     summary, last = kernel_summary(list(result.reports)), result.reports[-1]
     if last.gather_layers:
-        served = (f"one layer per step, a different one each step (this request: "
-                  f"{len(summary.kernel_layers)} different layers in {summary.num_steps} "
-                  f"steps); the other {len(last.gather_layers)} layers read "
-                  f"the same pool through the same block tables with a vectorized torch gather")
+        served = (f"the last layer of each of the {summary.num_steps} steps, once the "
+                  f"cache-write kernel has stored every layer's new K/V in the pool (one "
+                  f"launch); the other {len(last.gather_layers)} layers read the same pool "
+                  f"through the same block tables with a vectorized torch gather")
     else:
         served = "every layer, every step"
     st.markdown(f"**{KERNEL}:** {served}. Worst error against float64 dense attention over the "
