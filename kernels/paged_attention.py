@@ -40,9 +40,9 @@ NEG_BIG = tl.constexpr(-1.0e30)  # running-max start: finite, so masked rows nev
 def _paged_attention_kernel(
     out_ptr, query_ptr, key_cache_ptr, value_cache_ptr,
     block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
-    token_keys_ptr, key_seq_ptr, key_pos_ptr,  # used if WHOLE_BATCH
+    token_keys_ptr, key_seq_ptr, key_pos_ptr, program_keys_ptr,  # used if WHOLE_BATCH
     qk_scale,  # softmax scale * log2(e): the kernel works in base 2
-    stride_qt, stride_qh, stride_ot, stride_oh,
+    stride_t, stride_h,  # of query and out (both contiguous)
     stride_cb, stride_cs, stride_ch, stride_bt,
     block_size, head_dim, num_kv_heads,
     partial_out_ptr, partial_m_ptr, partial_l_ptr, num_tokens, num_heads,  # used if NUM_SPLITS > 1
@@ -58,22 +58,21 @@ def _paged_attention_kernel(
     # zero elsewhere, so one dot gives each row the scores against its own KV head.
     rows = tl.arange(0, BLOCK_Q * HEADS_PAD).to(tl.int64)
     in_program = rows % HEADS_PAD  # [M] query head among the program's
-    wide = tl.arange(0, KV_PAD * HEAD_PAD).to(tl.int64)
+    wide = tl.arange(0, KV_PAD * HEAD_PAD)
     dims = wide % HEAD_PAD  # [W] dim within a head
     if WHOLE_BATCH:  # program: BLOCK_Q consecutive tokens of the batch, every head
-        kv_first = 0
         split = 0
-        first_token = tl.program_id(0) * BLOCK_Q
-        token = first_token + rows // HEADS_PAD  # [M]
+        head = in_program  # [M] query head
+        col_kv = wide // HEAD_PAD  # [W] KV head of each column
+        token = tl.program_id(0) * BLOCK_Q + rows // HEADS_PAD  # [M]
         row_ok = (token < num_tokens) & (in_program < KV_PER_PROGRAM * GROUP)
         token = tl.minimum(token, num_tokens - 1)  # padding rows read the last real token
         # Columns walk the batch's contexts laid end to end; a row sees the range of columns
         # from its sequence's first key to its own position.
-        first_key = tl.load(token_keys_ptr + 2 * token)  # [M]
-        last_key = tl.load(token_keys_ptr + 2 * token + 1)  # [M]
-        kv_lo = tl.load(token_keys_ptr + 2 * first_token).to(tl.int64)
-        kv_end = tl.load(token_keys_ptr + 2 * tl.minimum(first_token + BLOCK_Q, num_tokens)
-                         - 1).to(tl.int64) + 1
+        first_key = tl.load(token_keys_ptr + 2 * token)[:, None]  # [M, 1]
+        last_key = tl.load(token_keys_ptr + 2 * token + 1)[:, None]  # [M, 1]
+        kv_lo = tl.load(program_keys_ptr + 2 * tl.program_id(0))  # the program's columns
+        kv_end = tl.load(program_keys_ptr + 2 * tl.program_id(0) + 1)
         kv_hi = kv_end
     else:  # program (sequence, KV head, tile of that sequence's new tokens[, split])
         seq = tl.program_id(0).to(tl.int64)
@@ -90,18 +89,18 @@ def _paged_attention_kernel(
         q_idx = first_q + rows // HEADS_PAD  # [M] index among this sequence's new tokens
         token = q_start + q_idx
         row_ok = (q_idx < q_len) & (in_program < KV_PER_PROGRAM * GROUP)
-        last_key = context_len + q_idx  # [M] each row's own position: it sees keys up to it
+        last_key = (context_len + q_idx)[:, None]  # [M, 1] a row sees keys up to its own
         kv_end = context_len + tl.minimum(first_q + BLOCK_Q, q_len)  # keys this tile needs
         # With several splits, each covers its own whole-tile share of [0, kv_end) (maybe none).
         chunk = (((kv_end + NUM_SPLITS - 1) // NUM_SPLITS + TILE_N - 1) // TILE_N) * TILE_N
         kv_lo = split * chunk
         kv_hi = tl.minimum(kv_lo + chunk, kv_end)
         table_row = block_tables_ptr + seq * stride_bt
-    head = kv_first * GROUP + in_program  # [M] query head
-    col_kv = kv_first + wide // HEAD_PAD  # [W] KV head of each column
+        head = kv_first * GROUP + in_program  # [M] query head
+        col_kv = kv_first + wide // HEAD_PAD  # [W] KV head of each column
     own_kv = col_kv[None, :] == (head // GROUP)[:, None]  # [M, W]
     col_ok = ((dims < head_dim) & (col_kv < num_kv_heads))[None, :]  # [1, W]
-    q_offs = token[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :]
+    q_offs = token[:, None] * stride_t + head[:, None] * stride_h + dims[None, :]  # also out's
     q_mask = row_ok[:, None] & col_ok & own_kv
     q = tl.load(query_ptr + q_offs, mask=q_mask, other=0.0)  # [M, W]
     if DOT_F32:
@@ -113,20 +112,20 @@ def _paged_attention_kernel(
     l_i = tl.full([BLOCK_Q * HEADS_PAD], 0.0, tl.float32)  # running sum
     acc = tl.full([BLOCK_Q * HEADS_PAD, KV_PAD * HEAD_PAD], 0.0, tl.float32)  # [M, W]
     col_offs = (col_kv * stride_ch + dims)[None, :]  # [1, W] within a slot
-    tile = tl.arange(0, TILE_N).to(tl.int64)
+    tile = tl.arange(0, TILE_N)
     for start in range(kv_lo, kv_hi, TILE_N):
-        cols = start + tile  # [N]
+        cols = start + tile  # [N] (int64: start is)
         # Columns past kv_end are clamped onto the last needed one (so every read stays inside
         # the block table and the cache) and then masked out below.
         kept = tl.minimum(cols, kv_end - 1)
         if WHOLE_BATCH:
             table = block_tables_ptr + tl.load(key_seq_ptr + kept) * stride_bt  # [N] its row
             pos = tl.load(key_pos_ptr + kept)  # [N] position in its sequence
-            visible = (cols[None, :] >= first_key[:, None]) & (cols[None, :] <= last_key[:, None])
+            visible = (cols[None, :] >= first_key) & (cols[None, :] <= last_key)  # [M, N]
         else:
             table = table_row
             pos = kept
-            visible = cols[None, :] <= last_key[:, None]  # [M, N]
+            visible = cols[None, :] <= last_key  # [M, N]
         physical = tl.load(table + pos // block_size).to(tl.int64)  # [N] physical blocks
         offs = (physical * stride_cb + (pos % block_size) * stride_cs)[:, None] + col_offs
         k = tl.load(key_cache_ptr + offs, mask=col_ok, other=0.0)  # [N, W]
@@ -144,16 +143,15 @@ def _paged_attention_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
 
-    out_mask = q_mask  # each row writes its own head's columns
+    # Each row writes its own head's columns (q_mask), where its query came from (q_offs).
     if NUM_SPLITS == 1:
         out = acc / tl.where(row_ok, l_i, 1.0)[:, None]  # [M, W]
-        o_offs = token[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :]
-        tl.store(out_ptr + o_offs, out.to(out_ptr.dtype.element_ty), mask=out_mask)
+        tl.store(out_ptr + q_offs, out.to(out_ptr.dtype.element_ty), mask=q_mask)
     else:  # keep this split's unnormalised state; _merge_splits_kernel combines the splits
         part = (split * num_tokens + token) * num_heads + head  # [M]
         tl.store(partial_m_ptr + part, m_i, mask=row_ok)
         tl.store(partial_l_ptr + part, l_i, mask=row_ok)
-        tl.store(partial_out_ptr + part[:, None] * head_dim + dims[None, :], acc, mask=out_mask)
+        tl.store(partial_out_ptr + part[:, None] * head_dim + dims[None, :], acc, mask=q_mask)
 
 
 @triton.jit
@@ -298,14 +296,16 @@ def choose_num_splits(shapes: AttentionShapes, programs: int, device: torch.devi
     return max(1, min(triton.cdiv(2 * sms, programs), shapes.max_seq_len // 512, 16))
 
 
-def whole_batch_keys(seq_lens: torch.Tensor, query_start_loc: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def whole_batch_keys(seq_lens: torch.Tensor, query_start_loc: torch.Tensor, block_q: int
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Where each token and key sits when the batch's contexts are laid end to end.
 
     Returns token_keys int64 [num_tokens, 2] (the first key of the token's sequence, and the
     token's own key: the range it attends to), key_seq and key_pos int64 [total keys] (each
-    key's sequence and position in it). The kernel still finds each key's physical block
-    through the block table; this only says which row of the table to read.
+    key's sequence and position in it), and program_keys int64 [programs, 2]: the columns
+    [first, end) that the program of tokens [p * block_q, (p + 1) * block_q) walks. The kernel
+    still finds each key's physical block through the block table; this only says which row
+    of the table to read.
     """
     seq_lens = seq_lens.long()
     key_start = torch.cumsum(seq_lens, 0) - seq_lens  # [num_seqs]
@@ -318,7 +318,10 @@ def whole_batch_keys(seq_lens: torch.Tensor, query_start_loc: torch.Tensor
     token_keys = torch.stack([key_start[token_seq], own_key], 1)  # [num_tokens, 2]
     key_seq = torch.repeat_interleave(seq_ids, seq_lens)  # [total keys]
     key_pos = torch.arange(len(key_seq), device=seq_lens.device) - key_start[key_seq]
-    return token_keys.contiguous(), key_seq, key_pos
+    first = torch.arange(0, len(token_seq), block_q, device=seq_lens.device)  # [programs]
+    last = (first + block_q).clamp(max=len(token_seq)) - 1  # tokens are in sequence order
+    program_keys = torch.stack([token_keys[first, 0], token_keys[last, 1] + 1], 1)
+    return token_keys.contiguous(), key_seq, key_pos, program_keys
 
 
 def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cache: torch.Tensor,
@@ -333,6 +336,7 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
     instead of one per (sequence, KV head, tile). None chooses it for the interpreter, where
     each program and each op costs Python time; a GPU wants many small programs.
     """
+    query = query.contiguous()  # out shares its offsets
     out = torch.empty_like(query)  # [num_tokens, num_heads, head_dim]
     if shapes.max_query_len == 0:
         return out
@@ -361,13 +365,14 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
     dot_f32 = not query.is_cuda and query.dtype == torch.bfloat16
     if whole_batch:
         num_splits, grid = 1, (q_tiles, 1, 1)
-        token_keys, key_seq, key_pos = whole_batch_keys(seq_lens, query_start_loc)
+        token_keys, key_seq, key_pos, program_keys = whole_batch_keys(seq_lens, query_start_loc,
+                                                                      block_q)
     else:
         if num_splits is None:
             num_splits = choose_num_splits(
                 shapes, shapes.num_seqs * shapes.num_kv_heads * q_tiles, query.device)
         grid = (shapes.num_seqs, shapes.num_kv_heads, q_tiles * num_splits)
-        token_keys = key_seq = key_pos = query_start_loc  # unused
+        token_keys = key_seq = key_pos = program_keys = query_start_loc  # unused
     partial_shape = (num_splits, shapes.num_tokens, shapes.num_heads)
     partial_m = torch.empty(partial_shape if num_splits > 1 else (1,), dtype=torch.float32,
                             device=query.device)  # [num_splits, num_tokens, num_heads]
@@ -376,9 +381,9 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
                               dtype=torch.float32, device=query.device)
     _paged_attention_kernel[grid](
         out, query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
-        token_keys, key_seq, key_pos,
+        token_keys, key_seq, key_pos, program_keys,
         shapes.scale * LOG2E,
-        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
+        query.stride(0), query.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), block_tables.stride(0),
         shapes.block_size, shapes.head_dim, shapes.num_kv_heads,
         partial_out, partial_m, partial_l, shapes.num_tokens, shapes.num_heads,
