@@ -133,10 +133,13 @@ def _paged_attention_kernel(
             k = k.to(tl.float32)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [M, N]
         s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # tl.reduce with the combine functions tl.max and tl.sum use (on float32 they are just
+        # this): the same code compiled, and the interpreter runs it as one numpy call, where a
+        # call of the @jit tl.max re-patches the language first (~0.5 ms, twice a tile).
+        m_new = tl.maximum(m_i, tl.reduce(s, 1, tl.standard._elementwise_max))
         alpha = tl.exp2(m_i - m_new)  # rescales what was summed under the old max
         p = tl.exp2(s - m_new[:, None])  # [M, N]
-        l_i = l_i * alpha + tl.sum(p, 1)
+        l_i = l_i * alpha + tl.reduce(p, 1, tl.standard._sum_combine)
         v = tl.load(value_cache_ptr + offs, mask=col_ok, other=0.0)  # [N, W]
         if DOT_F32:
             v = v.to(tl.float32)
