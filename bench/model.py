@@ -8,9 +8,11 @@ together. Rows:
   against float64 dense attention, the other layers a torch gather through the block tables).
 - paged, gather only: the same pool and tables with no Triton attention: the cost of paging
   itself. K/V writes still go through KVPool.write (the cache-write kernel).
-"Decode tok/s" leaves out the prefill step. Times include Python overhead; on a shared CPU wall
-times vary with the machine's load (printed), so "CPU ms/step" (this process's CPU time per
-decode step) is shown too: it stays steady under load when torch runs one thread (--threads 1).
+"Decode tok/s" is batch / the median decode step's wall time (the prefill step left out);
+"CPU ms/step" is this process's CPU time in the median decode step. Medians, because on a
+shared CPU a burst of another process's work slows a few steps, not most; each row also runs
+--rounds times, interleaved with the others, and the table shows medians over the rounds.
+Times include Python overhead.
 
     python bench/model.py [--tokens 32] [--batches 1 8] [--threads N] [--rounds 3]
 """
@@ -52,22 +54,28 @@ def make_cache(lm: LoadedModel, kind: str, plan: KernelPlan | None, prompt_len: 
 
 def time_run(lm: LoadedModel, kind: str, plan: KernelPlan | None, batch: int,
              tokens: int) -> tuple[float, float, float, list[list[int]]]:
-    """(total tok/s, decode tok/s, CPU ms per decode step, tokens per sequence)."""
+    """(total tok/s, decode tok/s, CPU ms per decode step, tokens per sequence).
+
+    Decode tok/s and CPU ms come from the median decode step: a burst of load from another
+    process slows a few steps, not the median."""
     prompt = lm.tokenizer.chat_tokens(PROMPT)
     params = SamplingParams(max_new_tokens=tokens, n=batch, temperature=0.0)
     cache = make_cache(lm, kind, plan, len(prompt), params)
     out: dict[int, list[int]] = {}
-    start = time.perf_counter()
-    first, first_cpu = start, time.process_time()
+    walls, cpus = [], []  # per decode step
+    start = last = time.perf_counter()
+    last_cpu = time.process_time()
     for step in generate(lm.model, cache, prompt, params):
-        if step.index == 0:
-            first, first_cpu = time.perf_counter(), time.process_time()
+        now, now_cpu = time.perf_counter(), time.process_time()
+        if step.index > 0:  # step 0 is the prefill
+            walls.append(now - last)
+            cpus.append(now_cpu - last_cpu)
+        last, last_cpu = now, now_cpu
         for seq_id, token in step.tokens.items():
             out.setdefault(seq_id, []).append(token)
-    end, end_cpu = time.perf_counter(), time.process_time()
-    decode = batch * (tokens - 1) / (end - first)
-    cpu_ms = 1000 * (end_cpu - first_cpu) / (tokens - 1)
-    return batch * tokens / (end - start), decode, cpu_ms, [out[k] for k in sorted(out)]
+    decode = batch / statistics.median(walls)
+    cpu_ms = 1000 * statistics.median(cpus)
+    return batch * tokens / (last - start), decode, cpu_ms, [out[k] for k in sorted(out)]
 
 
 def main() -> None:

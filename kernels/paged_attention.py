@@ -56,21 +56,23 @@ def _paged_attention_kernel(
     # KV_PER_PROGRAM KV heads and their query heads. Columns of Q/K/V tiles are
     # (KV head of the program, dim) pairs: a row's query sits in its own KV head's columns and is
     # zero elsewhere, so one dot gives each row the scores against its own KV head.
-    rows = tl.arange(0, BLOCK_Q * HEADS_PAD).to(tl.int64)
-    in_program = rows % HEADS_PAD  # [M] query head among the program's
-    wide = tl.arange(0, KV_PAD * HEAD_PAD)
-    dims = wide % HEAD_PAD  # [W] dim within a head
+    # Per-row values are [M, 1] and per-column ones [1, W] from the start, so they broadcast
+    # without reshapes (each op costs Python time in the interpreter).
+    rows = tl.arange(0, BLOCK_Q * HEADS_PAD).to(tl.int64)[:, None]  # [M, 1]
+    in_program = rows % HEADS_PAD  # [M, 1] query head among the program's
+    wide = tl.arange(0, KV_PAD * HEAD_PAD)[None, :]  # [1, W]
+    dims = wide % HEAD_PAD  # [1, W] dim within a head
     if WHOLE_BATCH:  # program: BLOCK_Q consecutive tokens of the batch, every head
         split = 0
-        head = in_program  # [M] query head
-        col_kv = wide // HEAD_PAD  # [W] KV head of each column
-        token = tl.program_id(0) * BLOCK_Q + rows // HEADS_PAD  # [M]
+        head = in_program  # [M, 1] query head
+        col_kv = wide // HEAD_PAD  # [1, W] KV head of each column
+        token = tl.program_id(0) * BLOCK_Q + rows // HEADS_PAD  # [M, 1]
         row_ok = (token < num_tokens) & (in_program < KV_PER_PROGRAM * GROUP)
         token = tl.minimum(token, num_tokens - 1)  # padding rows read the last real token
         # Columns walk the batch's contexts laid end to end; a row sees the range of columns
         # from its sequence's first key to its own position.
-        first_key = tl.load(token_keys_ptr + 2 * token)[:, None]  # [M, 1]
-        last_key = tl.load(token_keys_ptr + 2 * token + 1)[:, None]  # [M, 1]
+        first_key = tl.load(token_keys_ptr + 2 * token)  # [M, 1]
+        last_key = tl.load(token_keys_ptr + 2 * token + 1)  # [M, 1]
         kv_lo = tl.load(program_keys_ptr + 2 * tl.program_id(0))  # the program's columns
         kv_end = tl.load(program_keys_ptr + 2 * tl.program_id(0) + 1)
         kv_hi = kv_end
@@ -86,46 +88,46 @@ def _paged_attention_kernel(
         if first_q >= q_len:
             return
         context_len = tl.load(seq_lens_ptr + seq).to(tl.int64) - q_len  # keys before the new
-        q_idx = first_q + rows // HEADS_PAD  # [M] index among this sequence's new tokens
+        q_idx = first_q + rows // HEADS_PAD  # [M, 1] index among this sequence's new tokens
         token = q_start + q_idx
         row_ok = (q_idx < q_len) & (in_program < KV_PER_PROGRAM * GROUP)
-        last_key = (context_len + q_idx)[:, None]  # [M, 1] a row sees keys up to its own
+        last_key = context_len + q_idx  # [M, 1] a row sees keys up to its own position
         kv_end = context_len + tl.minimum(first_q + BLOCK_Q, q_len)  # keys this tile needs
         # With several splits, each covers its own whole-tile share of [0, kv_end) (maybe none).
         chunk = (((kv_end + NUM_SPLITS - 1) // NUM_SPLITS + TILE_N - 1) // TILE_N) * TILE_N
         kv_lo = split * chunk
         kv_hi = tl.minimum(kv_lo + chunk, kv_end)
         table_row = block_tables_ptr + seq * stride_bt
-        head = kv_first * GROUP + in_program  # [M] query head
-        col_kv = kv_first + wide // HEAD_PAD  # [W] KV head of each column
-    own_kv = col_kv[None, :] == (head // GROUP)[:, None]  # [M, W]
-    col_ok = ((dims < head_dim) & (col_kv < num_kv_heads))[None, :]  # [1, W]
-    q_offs = token[:, None] * stride_t + head[:, None] * stride_h + dims[None, :]  # also out's
-    q_mask = row_ok[:, None] & col_ok & own_kv
+        head = kv_first * GROUP + in_program  # [M, 1] query head
+        col_kv = kv_first + wide // HEAD_PAD  # [1, W] KV head of each column
+    col_ok = (dims < head_dim) & (col_kv < num_kv_heads)  # [1, W]
+    q_offs = token * stride_t + head * stride_h + dims  # [M, W], also out's
+    q_mask = row_ok & col_ok & (col_kv == head // GROUP)  # [M, W]: a row's own KV head only
     q = tl.load(query_ptr + q_offs, mask=q_mask, other=0.0)  # [M, W]
     if DOT_F32:
         q = q.to(tl.float32)
 
     # tl.full, not tl.zeros: a builtin, where tl.zeros is a @jit helper, and the interpreter
     # re-patches the language on every call of one (~0.5 ms each).
-    m_i = tl.full([BLOCK_Q * HEADS_PAD], NEG_BIG, tl.float32)  # running max (base 2)
-    l_i = tl.full([BLOCK_Q * HEADS_PAD], 0.0, tl.float32)  # running sum
+    m_i = tl.full([BLOCK_Q * HEADS_PAD, 1], NEG_BIG, tl.float32)  # running max (base 2)
+    l_i = tl.full([BLOCK_Q * HEADS_PAD, 1], 0.0, tl.float32)  # running sum
     acc = tl.full([BLOCK_Q * HEADS_PAD, KV_PAD * HEAD_PAD], 0.0, tl.float32)  # [M, W]
-    col_offs = (col_kv * stride_ch + dims)[None, :]  # [1, W] within a slot
+    col_offs = col_kv * stride_ch + dims  # [1, W] within a slot
     tile = tl.arange(0, TILE_N)
     for start in range(kv_lo, kv_hi, TILE_N):
         cols = start + tile  # [N] (int64: start is)
         # Columns past kv_end are clamped onto the last needed one (so every read stays inside
         # the block table and the cache) and then masked out below.
         kept = tl.minimum(cols, kv_end - 1)
+        across = cols[None, :]  # [1, N]
         if WHOLE_BATCH:
             table = block_tables_ptr + tl.load(key_seq_ptr + kept) * stride_bt  # [N] its row
             pos = tl.load(key_pos_ptr + kept)  # [N] position in its sequence
-            visible = (cols[None, :] >= first_key) & (cols[None, :] <= last_key)  # [M, N]
+            visible = (across >= first_key) & (across <= last_key)  # [M, N]
         else:
             table = table_row
             pos = kept
-            visible = cols[None, :] <= last_key  # [M, N]
+            visible = across <= last_key  # [M, N]
         physical = tl.load(table + pos // block_size).to(tl.int64)  # [N] physical blocks
         offs = (physical * stride_cb + (pos % block_size) * stride_cs)[:, None] + col_offs
         k = tl.load(key_cache_ptr + offs, mask=col_ok, other=0.0)  # [N, W]
@@ -136,25 +138,25 @@ def _paged_attention_kernel(
         # tl.reduce with the combine functions tl.max and tl.sum use (on float32 they are just
         # this): the same code compiled, and the interpreter runs it as one numpy call, where a
         # call of the @jit tl.max re-patches the language first (~0.5 ms, twice a tile).
-        m_new = tl.maximum(m_i, tl.reduce(s, 1, tl.standard._elementwise_max))
-        alpha = tl.exp2(m_i - m_new)  # rescales what was summed under the old max
-        p = tl.exp2(s - m_new[:, None])  # [M, N]
-        l_i = l_i * alpha + tl.reduce(p, 1, tl.standard._sum_combine)
+        m_new = tl.maximum(m_i, tl.reduce(s, 1, tl.standard._elementwise_max, keep_dims=True))
+        alpha = tl.exp2(m_i - m_new)  # [M, 1] rescales what was summed under the old max
+        p = tl.exp2(s - m_new)  # [M, N]
+        l_i = l_i * alpha + tl.reduce(p, 1, tl.standard._sum_combine, keep_dims=True)
         v = tl.load(value_cache_ptr + offs, mask=col_ok, other=0.0)  # [N, W]
         if DOT_F32:
             v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        acc = acc * alpha + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
 
     # Each row writes its own head's columns (q_mask), where its query came from (q_offs).
     if NUM_SPLITS == 1:
-        out = acc / tl.where(row_ok, l_i, 1.0)[:, None]  # [M, W]
+        out = acc / tl.where(row_ok, l_i, 1.0)  # [M, W]
         tl.store(out_ptr + q_offs, out.to(out_ptr.dtype.element_ty), mask=q_mask)
     else:  # keep this split's unnormalised state; _merge_splits_kernel combines the splits
-        part = (split * num_tokens + token) * num_heads + head  # [M]
+        part = (split * num_tokens + token) * num_heads + head  # [M, 1]
         tl.store(partial_m_ptr + part, m_i, mask=row_ok)
         tl.store(partial_l_ptr + part, l_i, mask=row_ok)
-        tl.store(partial_out_ptr + part[:, None] * head_dim + dims[None, :], acc, mask=q_mask)
+        tl.store(partial_out_ptr + part * head_dim + dims, acc, mask=q_mask)
 
 
 @triton.jit
