@@ -77,6 +77,18 @@ def _check_index(name: str, t: object, ndim: int, device: torch.device) -> None:
         raise ValueError(f"{name}: is on {t.device} but the caches are on {device}")
 
 
+def _as_words(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The same bytes as 8-byte words when every tensor's head rows split into whole, aligned
+    words; else the tensors as they are. A write only moves bytes, and moving float32 as words
+    halves the elements to move (what the interpreter pays for; a GPU moves wider words too)."""
+    def fits(t: torch.Tensor) -> bool:
+        return (t.shape[-1] * t.element_size()) % 8 == 0 and (
+            t.storage_offset() * t.element_size()) % 8 == 0
+    if all(fits(t) for t in tensors):
+        return tuple(t.view(torch.int64) for t in tensors)
+    return tensors
+
+
 def write_kv(key_cache: torch.Tensor, value_cache: torch.Tensor, key: torch.Tensor,
              value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Store key[i], value[i] ([n, num_kv_heads, head_dim]) at slot slot_mapping[i], in place."""
@@ -107,7 +119,8 @@ def write_kv(key_cache: torch.Tensor, value_cache: torch.Tensor, key: torch.Tens
                              f"{num_blocks * block_size} slots of the cache")
         if valid.unique().numel() != valid.numel():
             raise ValueError("slot_mapping: the same slot appears twice")
-    row = num_kv_heads * head_dim
+    key_cache, value_cache, key, value = _as_words(key_cache, value_cache, key, value)
+    row = key_cache[0, 0].numel()  # elements (words or values) per slot: all KV heads
     row_pad = triton.next_power_of_2(row)
     # Tokens per program: a GPU keeps a tile near 8192 elements; the interpreter takes more.
     tile = 8192 if key_cache.is_cuda else 1 << 16

@@ -102,3 +102,19 @@ def test_copy_blocks_rejects_bad_pairs(src_dst: torch.Tensor) -> None:
     with pytest.raises(ValueError, match="^src_dst:"):
         copy_blocks(key_cache, value_cache, src_dst)
     assert torch.equal(key_cache, before)
+
+
+@pytest.mark.parametrize("head_dim", [6, 5])  # 24 bytes a head row: whole 8-byte words; 20: not
+def test_write_moves_the_same_bytes_with_or_without_words(head_dim: int) -> None:
+    """write_kv moves float32 rows as 8-byte words when they split into whole words; either
+    way every value lands bit for bit, NaN payloads and -0.0 included."""
+    shape = (4, 2, 3, head_dim)  # [num_blocks, block_size, num_kv_heads, head_dim]
+    key_cache, value_cache = torch.zeros(shape), torch.zeros(shape)
+    key = torch.randn(3, 3, head_dim)
+    key[0, 0, 0], key[1, 1, 1] = float("nan"), -0.0
+    value = 2 * key
+    write_kv(key_cache, value_cache, key, value, torch.tensor([5, 0, 2]))
+    for cache, written in ((key_cache, key), (value_cache, value)):
+        flat = cache.view(-1, 3, head_dim)  # [slots, KV, D]
+        assert torch.equal(flat[[5, 0, 2]].view(torch.int32), written.view(torch.int32))
+        assert flat[[1, 3, 4, 6, 7]].abs().sum() == 0  # no other slot touched
