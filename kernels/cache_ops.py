@@ -23,13 +23,14 @@ def _write_kv_kernel(key_cache_ptr, value_cache_ptr, key_ptr, value_ptr, slot_ma
                      num_tokens, ROW: tl.constexpr, ROW_PAD: tl.constexpr,
                      BLOCK_T: tl.constexpr):
     # One program writes BLOCK_T tokens. In a contiguous cache, slot s starts at element s * ROW
-    # (ROW = num_kv_heads * head_dim), and token t's K (or V) row starts at t * ROW in key (value).
-    tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T).to(tl.int64)  # [T]
-    slots = tl.load(slot_mapping_ptr + tokens, mask=tokens < num_tokens, other=-1).to(tl.int64)
-    cols = tl.arange(0, ROW_PAD).to(tl.int64)[None, :]  # [1, R]
-    mask = (slots >= 0)[:, None] & (cols < ROW)  # [T, R]: skipped tokens and padding
-    dst = slots[:, None] * ROW + cols  # [T, R]
-    src = tokens[:, None] * ROW + cols  # [T, R]
+    # (ROW: a slot's num_kv_heads * head_dim values, or the 8-byte words they fill), and token t's
+    # K (or V) row starts at t * ROW in key (value). slot_mapping is int64 (the wrapper's copy).
+    tokens = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T).to(tl.int64))[:, None]  # [T, 1]
+    slots = tl.load(slot_mapping_ptr + tokens, mask=tokens < num_tokens, other=-1)  # [T, 1]
+    cols = tl.arange(0, ROW_PAD)[None, :]  # [1, R]
+    mask = (slots >= 0) & (cols < ROW)  # [T, R]: skipped tokens and padding
+    dst = slots * ROW + cols  # [T, R]
+    src = tokens * ROW + cols  # [T, R]
     tl.store(key_cache_ptr + dst, tl.load(key_ptr + src, mask=mask), mask=mask)
     tl.store(value_cache_ptr + dst, tl.load(value_ptr + src, mask=mask), mask=mask)
 
@@ -126,7 +127,7 @@ def write_kv(key_cache: torch.Tensor, value_cache: torch.Tensor, key: torch.Tens
     tile = 8192 if key_cache.is_cuda else 1 << 16
     block_t = min(triton.next_power_of_2(n), max(1, tile // row_pad))
     _write_kv_kernel[(triton.cdiv(n, block_t),)](
-        key_cache, value_cache, key, value, slot_mapping.contiguous(), n,
+        key_cache, value_cache, key, value, slot_mapping.to(torch.int64).contiguous(), n,
         ROW=row, ROW_PAD=row_pad, BLOCK_T=block_t,
     )
 
