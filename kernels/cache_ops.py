@@ -36,14 +36,16 @@ def _write_kv_kernel(key_cache_ptr, value_cache_ptr, key_ptr, value_ptr, slot_ma
 
 
 @triton.jit
-def _copy_blocks_kernel(key_cache_ptr, value_cache_ptr, src_dst_ptr, block_numel,
-                        CHUNK: tl.constexpr):
-    # Program (pair, chunk) copies one chunk of a contiguous physical block, K and V.
-    pair = tl.program_id(0)
-    src = tl.load(src_dst_ptr + 2 * pair).to(tl.int64) * block_numel
-    dst = tl.load(src_dst_ptr + 2 * pair + 1).to(tl.int64) * block_numel
-    offs = tl.program_id(1) * CHUNK + tl.arange(0, CHUNK).to(tl.int64)  # [CHUNK]
-    mask = offs < block_numel
+def _copy_blocks_kernel(key_cache_ptr, value_cache_ptr, src_dst_ptr, num_pairs, block_numel,
+                        PAIRS: tl.constexpr, CHUNK: tl.constexpr):
+    # Program (tile of pairs, chunk) copies one chunk of each pair's contiguous physical block,
+    # K and V. A GPU takes one pair a program; the interpreter, every pair at once.
+    pairs = (tl.program_id(0) * PAIRS + tl.arange(0, PAIRS))[:, None]  # [P, 1]
+    pair_ok = pairs < num_pairs
+    src = tl.load(src_dst_ptr + 2 * pairs, mask=pair_ok, other=0).to(tl.int64) * block_numel
+    dst = tl.load(src_dst_ptr + 2 * pairs + 1, mask=pair_ok, other=0).to(tl.int64) * block_numel
+    offs = (tl.program_id(1) * CHUNK + tl.arange(0, CHUNK))[None, :]  # [1, C]
+    mask = pair_ok & (offs < block_numel)  # [P, C]
     tl.store(key_cache_ptr + dst + offs, tl.load(key_cache_ptr + src + offs, mask=mask), mask=mask)
     tl.store(value_cache_ptr + dst + offs, tl.load(value_cache_ptr + src + offs, mask=mask),
              mask=mask)
@@ -150,9 +152,15 @@ def copy_blocks(key_cache: torch.Tensor, value_cache: torch.Tensor,
         raise ValueError("src_dst: a destination block appears twice")
     if bool(torch.isin(src_dst[:, 0], dst[src_dst[:, 0] != dst]).any()):
         raise ValueError("src_dst: a block is both a source and another pair's destination")
+    key_cache, value_cache = _as_words(key_cache, value_cache)
     block_numel = key_cache[0].numel()
-    # A GPU copies a block in chunks of 4096 elements; the interpreter, in one program per pair.
-    chunk = min(triton.next_power_of_2(block_numel), 4096 if key_cache.is_cuda else 1 << 20)
-    _copy_blocks_kernel[(m, triton.cdiv(block_numel, chunk))](
-        key_cache, value_cache, src_dst.contiguous(), block_numel, CHUNK=chunk,
+    # A GPU copies a block in chunks of 4096 elements, a pair a program; the interpreter copies
+    # whole blocks, as many pairs a program as fit in 2^18 elements.
+    if key_cache.is_cuda:
+        chunk, pairs = min(triton.next_power_of_2(block_numel), 4096), 1
+    else:
+        chunk = triton.next_power_of_2(block_numel)
+        pairs = min(triton.next_power_of_2(m), max(1, (1 << 18) // chunk))
+    _copy_blocks_kernel[(triton.cdiv(m, pairs), triton.cdiv(block_numel, chunk))](
+        key_cache, value_cache, src_dst.contiguous(), m, block_numel, PAIRS=pairs, CHUNK=chunk,
     )

@@ -118,3 +118,19 @@ def test_write_moves_the_same_bytes_with_or_without_words(head_dim: int) -> None
         flat = cache.view(-1, 3, head_dim)  # [slots, KV, D]
         assert torch.equal(flat[[5, 0, 2]].view(torch.int32), written.view(torch.int32))
         assert flat[[1, 3, 4, 6, 7]].abs().sum() == 0  # no other slot touched
+
+
+# Blocks of 5-float head rows move as floats; 64 x 8 x 128 blocks move as 8-byte words, 8
+# pairs a program on the interpreter, so 40 pairs take 5 programs.
+@pytest.mark.parametrize("shape", [(100, 4, 2, 5), (100, 64, 8, 128)], ids=["floats", "words"])
+def test_copy_blocks_many_pairs(shape: tuple[int, int, int, int]) -> None:
+    """Every destination gets its source's bytes; nothing else moves."""
+    gen = torch.Generator().manual_seed(5)
+    key_cache, value_cache = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+    before_k, before_v = key_cache.clone(), value_cache.clone()
+    order = torch.randperm(shape[0], generator=gen)
+    src, dst, untouched = order[:40], order[40:80], order[80:]
+    copy_blocks(key_cache, value_cache, torch.stack([src, dst], 1))
+    assert torch.equal(key_cache[dst], before_k[src]) and torch.equal(value_cache[dst], before_v[src])
+    assert torch.equal(key_cache[src], before_k[src]) and torch.equal(value_cache[src], before_v[src])
+    assert torch.equal(key_cache[untouched], before_k[untouched])
