@@ -12,7 +12,7 @@ import torch
 import lab.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 import triton
 import triton.language as tl
-from lab.backend import backend
+from lab.backend import backend, kernel_launch
 
 CACHE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -128,10 +128,11 @@ def write_kv(key_cache: torch.Tensor, value_cache: torch.Tensor, key: torch.Tens
     # Tokens per program: a GPU keeps a tile near 8192 elements; the interpreter takes more.
     tile = 8192 if key_cache.is_cuda else 1 << 16
     block_t = min(triton.next_power_of_2(n), max(1, tile // row_pad))
-    _write_kv_kernel[(triton.cdiv(n, block_t),)](
-        key_cache, value_cache, key, value, slot_mapping.to(torch.int64).contiguous(), n,
-        ROW=row, ROW_PAD=row_pad, BLOCK_T=block_t,
-    )
+    with kernel_launch():
+        _write_kv_kernel[(triton.cdiv(n, block_t),)](
+            key_cache, value_cache, key, value, slot_mapping.to(torch.int64).contiguous(), n,
+            ROW=row, ROW_PAD=row_pad, BLOCK_T=block_t,
+        )
 
 
 def copy_blocks(key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -161,6 +162,7 @@ def copy_blocks(key_cache: torch.Tensor, value_cache: torch.Tensor,
     else:
         chunk = triton.next_power_of_2(block_numel)
         pairs = min(triton.next_power_of_2(m), max(1, (1 << 18) // chunk))
-    _copy_blocks_kernel[(triton.cdiv(m, pairs), triton.cdiv(block_numel, chunk))](
-        key_cache, value_cache, src_dst.contiguous(), m, block_numel, PAIRS=pairs, CHUNK=chunk,
-    )
+    with kernel_launch():
+        _copy_blocks_kernel[(triton.cdiv(m, pairs), triton.cdiv(block_numel, chunk))](
+            key_cache, value_cache, src_dst.contiguous(), m, block_numel, PAIRS=pairs, CHUNK=chunk,
+        )

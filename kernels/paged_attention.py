@@ -29,7 +29,7 @@ import torch
 import lab.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 import triton
 import triton.language as tl
-from lab.backend import backend
+from lab.backend import backend, kernel_launch
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634
@@ -319,7 +319,8 @@ def whole_batch_keys(seq_lens: torch.Tensor, query_start_loc: torch.Tensor, bloc
     token_seq = torch.repeat_interleave(seq_ids, query_lens)  # [num_tokens]
     token_index = torch.arange(len(token_seq), device=seq_lens.device)
     # A token's key: its sequence's end, less the new tokens after it.
-    own_key = (key_start + seq_lens)[token_seq] - query_start_loc[1:].long()[token_seq] + token_index
+    after = query_start_loc[1:].long()[token_seq] - token_index  # [num_tokens] counting itself
+    own_key = (key_start + seq_lens)[token_seq] - after
     token_keys = torch.stack([key_start[token_seq], own_key], 1)  # [num_tokens, 2]
     key_seq = torch.repeat_interleave(seq_ids, seq_lens)  # [total keys]
     key_pos = torch.arange(len(key_seq), device=seq_lens.device) - key_start[key_seq]
@@ -384,27 +385,29 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
     partial_l = torch.empty_like(partial_m)
     partial_out = torch.empty((*partial_shape, shapes.head_dim) if num_splits > 1 else (1,),
                               dtype=torch.float32, device=query.device)
-    _paged_attention_kernel[grid](
-        out, query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
-        token_keys, key_seq, key_pos, program_keys,
-        shapes.scale * LOG2E,
-        query.stride(0), query.stride(1),
-        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), block_tables.stride(0),
-        shapes.block_size, shapes.head_dim, shapes.num_kv_heads,
-        partial_out, partial_m, partial_l, shapes.num_tokens, shapes.num_heads,
-        GROUP=group, KV_PER_PROGRAM=kv_per_program, HEADS_PAD=heads_pad,
-        KV_PAD=triton.next_power_of_2(kv_per_program), BLOCK_Q=block_q, HEAD_PAD=head_pad,
-        TILE_N=tile_n,
-        PRECISION="ieee" if query.dtype == torch.float32 or dot_f32 else "tf32",
-        NUM_SPLITS=num_splits, DOT_F32=dot_f32, WHOLE_BATCH=whole_batch,
-    )
-    if num_splits > 1:
-        _merge_splits_kernel[(shapes.num_tokens, shapes.num_heads)](
-            out, partial_out, partial_m, partial_l, out.stride(0), out.stride(1),
-            shapes.num_tokens, shapes.num_heads, shapes.head_dim,
-            NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits),
-            HEAD_PAD=head_pad,
+    with kernel_launch():
+        _paged_attention_kernel[grid](
+            out, query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
+            token_keys, key_seq, key_pos, program_keys,
+            shapes.scale * LOG2E,
+            query.stride(0), query.stride(1),
+            key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), block_tables.stride(0),
+            shapes.block_size, shapes.head_dim, shapes.num_kv_heads,
+            partial_out, partial_m, partial_l, shapes.num_tokens, shapes.num_heads,
+            GROUP=group, KV_PER_PROGRAM=kv_per_program, HEADS_PAD=heads_pad,
+            KV_PAD=triton.next_power_of_2(kv_per_program), BLOCK_Q=block_q, HEAD_PAD=head_pad,
+            TILE_N=tile_n,
+            PRECISION="ieee" if query.dtype == torch.float32 or dot_f32 else "tf32",
+            NUM_SPLITS=num_splits, DOT_F32=dot_f32, WHOLE_BATCH=whole_batch,
         )
+    if num_splits > 1:
+        with kernel_launch():
+            _merge_splits_kernel[(shapes.num_tokens, shapes.num_heads)](
+                out, partial_out, partial_m, partial_l, out.stride(0), out.stride(1),
+                shapes.num_tokens, shapes.num_heads, shapes.head_dim,
+                NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits),
+                HEAD_PAD=head_pad,
+            )
     return out
 
 

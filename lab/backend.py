@@ -8,6 +8,8 @@ imports it first, so any `import kernels...` is safe.
 from __future__ import annotations
 
 import os
+import threading
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cache
 
@@ -42,3 +44,14 @@ def backend() -> Backend:
 
 def device() -> torch.device:
     return backend().device
+
+
+_INTERPRETER_LOCK = threading.Lock()
+
+
+def kernel_launch() -> threading.Lock | nullcontext:
+    """Hold this around a kernel launch. Triton's interpreter patches `triton.language` for the
+    whole process while a kernel runs, so two threads (two browser sessions on one server, or a
+    page's background prefetch) must not run interpreted kernels at once: they take turns.
+    Compiled launches need no lock."""
+    return nullcontext() if _CUDA else _INTERPRETER_LOCK

@@ -7,6 +7,7 @@ unused entries point outside the cache.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import pytest
@@ -220,3 +221,26 @@ def test_whole_batch_keys_lay_contexts_end_to_end() -> None:
     assert key_seq.tolist() == [0, 0, 0, 1, 1]
     assert key_pos.tolist() == [0, 1, 2, 0, 1]
     assert program_keys.tolist() == [[0, 4], [3, 5]]  # tokens 0-1, then token 2
+
+
+def test_kernels_from_several_threads_take_turns() -> None:
+    """Streamlit serves each browser session in its own thread. Triton's interpreter patches
+    triton.language process-wide while a kernel runs, so concurrent launches must take turns
+    (lab.backend.kernel_launch); unguarded, this test fails with interpreter errors."""
+    inputs = [make_inputs(CASES[2], torch.float32, "cpu", seed=40 + i) for i in range(3)]
+    refs = [dense_attention(**x) for x in inputs]
+    errors: list[str] = []
+
+    def work(i: int) -> None:
+        try:
+            for _ in range(4):
+                assert relative_error(paged_attention(**inputs[i]), refs[i]) < 1e-5
+        except Exception as e:  # noqa: BLE001  (reported below, with the thread's input)
+            errors.append(f"input {i}: {e!r}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
