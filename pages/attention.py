@@ -65,43 +65,47 @@ register("placement", placement)
 
 frame = frame_for(params, seed(), request, placement, head)
 num_logical = len(frame.block_table)
-step = step_controls(num_logical)
-read = frame.block_table[:step]  # physical blocks the kernel has read so far, logical order
 
-st.markdown(f"**Block table of {request}** ({frame.num_tokens} tokens): logical "
-            + ", ".join(f"L{i} → **{p}**" for i, p in enumerate(frame.block_table))
-            + (f" &nbsp; (as allocated: {', '.join(map(str, frame.first_table))})"
-               if placement else ""))
-badge_col, shift_col = st.columns([2, 1])
-with badge_col:
-    attention_badge(frame.check)
-shift_col.metric("Output change", f"{frame.output_shift:.1e}",
-                 help="Largest difference between the kernel's output now and at placement 0 "
-                      "(before any shuffle): the block table hides where blocks live.")
 
-labels = {p: f"L{i}" for i, p in enumerate(frame.block_table)}
-show_figure(pool_grid(frame.snapshot, frame.seq_names, highlight=read, highlight_labels=labels,
-                      title=f"Physical KV pool: {request}'s blocks read so far in red "
-                            f"({step} of {num_logical})"),
-            key="attention_pool", file_name="attention_pool")
-st.markdown(legend_markdown(frame.snapshot, frame.seq_names), unsafe_allow_html=True)
+def show_step(step: int) -> None:
+    read = frame.block_table[:step]  # physical blocks the kernel has read so far, logical order
 
-st.subheader(f"Online softmax, head {head}, block by block")
-explain("For each block the kernel computes the scores q·k of its tokens, updates the "
-        "**running max** m (for numerical safety), rescales what it has summed so far by "
-        "exp(m_old − m_new), and adds the block's exp(score − m) to the **running sum** and "
-        "the weighted values to the output. After the last block the output is exact: the "
-        "last column reaches zero.", title="How the bookkeeping works")
-final = frame.softmax[-1].output
-rows = [{"logical block": s.block, "physical block": frame.block_table[s.block],
-         "running max m": round(s.running_max, 4), "running sum ℓ": round(s.running_sum, 4),
-         "max |output so far − final|": f"{(s.output - final).abs().max().item():.2e}"}
-        for s in frame.softmax[:step]]
-if rows:
-    st.table(rows)
-else:
-    st.caption("Press Step to let the kernel read the first block.")
+    st.markdown(f"**Block table of {request}** ({frame.num_tokens} tokens): logical "
+                + ", ".join(f"L{i} → **{p}**" for i, p in enumerate(frame.block_table))
+                + (f" &nbsp; (as allocated: {', '.join(map(str, frame.first_table))})"
+                   if placement else ""))
+    badge_col, shift_col = st.columns([2, 1])
+    with badge_col:
+        attention_badge(frame.check)
+    shift_col.metric("Output change", f"{frame.output_shift:.1e}",
+                     help="Largest difference between the kernel's output now and at placement 0 "
+                          "(before any shuffle): the block table hides where blocks live.")
 
+    labels = {p: f"L{i}" for i, p in enumerate(frame.block_table)}
+    show_figure(pool_grid(frame.snapshot, frame.seq_names, highlight=read, highlight_labels=labels,
+                          title=f"Physical KV pool: {request}'s blocks read so far in red "
+                                f"({step} of {num_logical})"),
+                key="attention_pool", file_name="attention_pool")
+    st.markdown(legend_markdown(frame.snapshot, frame.seq_names), unsafe_allow_html=True)
+
+    st.subheader(f"Online softmax, head {head}, block by block")
+    explain("For each block the kernel computes the scores q·k of its tokens, updates the "
+            "**running max** m (for numerical safety), rescales what it has summed so far by "
+            "exp(m_old − m_new), and adds the block's exp(score − m) to the **running sum** "
+            "and the weighted values to the output. After the last block the output is exact: "
+            "the last column reaches zero.", title="How the bookkeeping works")
+    final = frame.softmax[-1].output
+    rows = [{"logical block": s.block, "physical block": frame.block_table[s.block],
+             "running max m": round(s.running_max, 4), "running sum ℓ": round(s.running_sum, 4),
+             "max |output so far − final|": f"{(s.output - final).abs().max().item():.2e}"}
+            for s in frame.softmax[:step]]
+    if rows:
+        st.table(rows)
+    else:
+        st.caption("Press Step to let the kernel read the first block.")
+
+
+show_step(step_controls(num_logical))
 predict("att_shift", "If we shuffle where this sequence's blocks live in the pool, what "
         "happens to the attention output?",
         choices=["It changes a little (rounding)", "It is bit-for-bit identical",

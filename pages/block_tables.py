@@ -42,44 +42,49 @@ with settings():
 check_walk(params)
 block_size, num_blocks = params.block_size, params.num_blocks
 frame_at = cached(replay_walk, max_entries=512)
-
-
 last = last_step(params, seed())
-step = step_controls(last)
-frame = frame_at(params, seed(), step)
-for line in describe_step(frame, block_size):
-    st.markdown(f"- {line}")
 
-usage = frame.snapshot.usage
-live = len(frame.snapshot.sequences)
-c1, c2, c3, c4 = st.columns(4)
-c1.metric("Blocks in use", f"{usage.blocks_used} / {num_blocks}")
-c2.metric("Filled slots", usage.slots_filled)
-c3.metric("Unused tail slots", usage.tail_slots,
-          help="Allocated slots with no token yet: only the last block of each sequence "
-               "can have them, so there are fewer than one block per sequence.")
-c4.metric("Tail bound", f"< {live * block_size}" if live else "—",
-          help=f"Unused tail slots stay below one block per sequence: {live} sequence(s) × "
-               f"{block_size} slots.")
-if frame.check is not None:
-    attention_badge(frame.check)
 
-names = frame.seq_names
-show_figure(token_strip(frame.snapshot, names), key="strip", file_name="token_strip")
-# The longest block table the walk will reach decides the layout, so it holds for every step:
-# tables beside the pool when they stay short, above it when they grow long.
-widest = max(blocks_for(r.total_len, block_size) for r in frame.requests)
-table_col, pool_col = st.columns([1, 2]) if widest <= 6 else (st.container(), st.container())
-with table_col:
-    show_figure(block_table_figure(frame.snapshot, names), key="table", file_name="block_table")
-with pool_col:
-    show_figure(pool_grid(frame.snapshot, names), key="pool", file_name="kv_pool")
-st.markdown(legend_markdown(frame.snapshot, names), unsafe_allow_html=True)
-explain("How to read it: **L0, L1, ...** are logical blocks; the number in each block-table "
-        "cell is the physical block that holds it; on the pool, each tile is a physical block "
-        "and its bar shows how many of its slots hold tokens. Hover any cell for its slot.",
-        title="How to read the figures")
+def show_step(step: int) -> None:
+    frame = frame_at(params, seed(), step)
+    for line in describe_step(frame, block_size):
+        st.markdown(f"- {line}")
 
+    usage = frame.snapshot.usage
+    live = len(frame.snapshot.sequences)
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("Blocks in use", f"{usage.blocks_used} / {num_blocks}")
+    c2.metric("Filled slots", usage.slots_filled)
+    c3.metric("Unused tail slots", usage.tail_slots,
+              help="Allocated slots with no token yet: only the last block of each sequence "
+                   "can have them, so there are fewer than one block per sequence.")
+    c4.metric("Tail bound", f"< {live * block_size}" if live else "—",
+              help=f"Unused tail slots stay below one block per sequence: {live} sequence(s) × "
+                   f"{block_size} slots.")
+    if frame.check is not None:
+        attention_badge(frame.check)
+
+    names = frame.seq_names
+    show_figure(token_strip(frame.snapshot, names), key="strip", file_name="token_strip")
+    # The longest block table the walk will reach decides the layout, so it holds for every step:
+    # tables beside the pool when they stay short, above it when they grow long.
+    widest = max(blocks_for(r.total_len, block_size) for r in frame.requests)
+    table_col, pool_col = st.columns([1, 2]) if widest <= 6 else (st.container(), st.container())
+    with table_col:
+        show_figure(block_table_figure(frame.snapshot, names), key="table", file_name="block_table")
+    with pool_col:
+        show_figure(pool_grid(frame.snapshot, names), key="pool", file_name="kv_pool")
+    st.markdown(legend_markdown(frame.snapshot, names), unsafe_allow_html=True)
+    explain("How to read it: **L0, L1, ...** are logical blocks; the number in each block-table "
+            "cell is the physical block that holds it; on the pool, each tile is a physical block "
+            "and its bar shows how many of its slots hold tokens. Hover any cell for its slot.",
+            title="How to read the figures")
+    export_trace(frame.trace_json, key="bt_trace", file_name=f"block_tables_step{step}.json")
+    run_seed = seed()  # read here: the prefetch thread has no access to session state
+    prefetch_next(lambda s: frame_at(params, run_seed, s), step, last)
+
+
+show_step(step_controls(last))
 first = walk_requests(params, seed())[0]
 target = min(first.total_len, len(first.prompt) + 3)
 predict("bt_blocks",
@@ -93,6 +98,3 @@ predict("bt_tail",
         answer=lambda: final_tail_slots(params, seed()),
         explanation="The only waste of paging is the unused tail of the last block: always "
                     "fewer than one block per sequence, whatever the output length.")
-export_trace(frame.trace_json, key="bt_trace", file_name=f"block_tables_step{step}.json")
-run_seed = seed()  # read here: the prefetch thread has no access to session state
-prefetch_next(lambda s: frame_at(params, run_seed, s), step, last)

@@ -46,46 +46,52 @@ cfg = or_stop(lambda: BranchConfig(
     mode=mode, num_branches=num_branches, prompt_len=prompt_len, max_new_tokens=new_tokens,
     block_size=block_size, num_blocks=num_blocks))
 frames = cached(run)(cfg, seed())
-step = step_controls(len(frames) - 1)
-frame = frames[step]
-names = {s.seq_id: branch_name(s.seq_id) for s in frame.snapshot.sequences}
-for line in describe(frame, mode) or ["Nothing is allocated, copied or freed at this "
-                                             "step: every branch writes into its own block."]:
-    st.markdown(f"- {line}")
 
-shared = sum(b.ref_count > 1 for b in frame.snapshot.blocks)
-m1, m2, m3, m4 = st.columns(4)
-m1.metric("Live branches", len(frame.live))
-m2.metric("Blocks in use", frame.blocks_used,
-          delta=f"{frame.blocks_used - frame.naive_blocks:+d} vs copies",
-          help="The delta compares with giving every branch its own copy of every block.",
-          delta_color="inverse" if frame.naive_blocks != frame.blocks_used else "off")
-m3.metric("Shared blocks", shared, help="Physical blocks with ref count > 1: several "
-          "branches' block tables point at them.")
-m4.metric("Block copies so far", frame.copies,
-          help="Copy-on-write copies: one block each time a branch wrote into a shared, "
-               "partly filled block.")
-live_badge("cow_live", (cfg, seed()), lambda: BranchScenario(cfg, seed(), store_kv=True), step,
-           idle="Every branch has ended: no attention to check.")
 
-copied = sorted({b for e in frame.events if e.kind == "copy"
-                 for b in (e.detail["src"], e.detail["dst"])})
-table_col, pool_col = st.columns([1, 2])
-with table_col:
-    if frame.snapshot.sequences:
-        show_figure(block_table_figure(frame.snapshot, names, title="Block tables"),
-                    key="cow_tables",
-                    file_name="block_tables")
-    else:
-        st.info("No live branch: every block table is gone.")
-with pool_col:
-    show_figure(pool_grid(frame.snapshot, names, highlight=copied, columns=8,
-                          title="KV pool (×n: shared by n branches)"),
-                key="cow_pool", file_name="kv_pool")
-st.markdown(legend_markdown(frame.snapshot, names) + " &nbsp; red outline: a copy at this "
-            "step (the shared source and its new copy)", unsafe_allow_html=True)
-show_figure(memory_figure(frames, step), key="cow_memory", file_name="cow_memory")
+def show_step(step: int) -> None:
+    frame = frames[step]
+    names = {s.seq_id: branch_name(s.seq_id) for s in frame.snapshot.sequences}
+    for line in describe(frame, mode) or ["Nothing is allocated, copied or freed at this step: "
+                                          "every branch writes into its own block."]:
+        st.markdown(f"- {line}")
 
+    shared = sum(b.ref_count > 1 for b in frame.snapshot.blocks)
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("Live branches", len(frame.live))
+    m2.metric("Blocks in use", frame.blocks_used,
+              delta=f"{frame.blocks_used - frame.naive_blocks:+d} vs copies",
+              help="The delta compares with giving every branch its own copy of every block.",
+              delta_color="inverse" if frame.naive_blocks != frame.blocks_used else "off")
+    m3.metric("Shared blocks", shared, help="Physical blocks with ref count > 1: several "
+              "branches' block tables point at them.")
+    m4.metric("Block copies so far", frame.copies,
+              help="Copy-on-write copies: one block each time a branch wrote into a shared, "
+                   "partly filled block.")
+    live_badge("cow_live", (cfg, seed()), lambda: BranchScenario(cfg, seed(), store_kv=True), step,
+               idle="Every branch has ended: no attention to check.")
+
+    copied = sorted({b for e in frame.events if e.kind == "copy"
+                     for b in (e.detail["src"], e.detail["dst"])})
+    table_col, pool_col = st.columns([1, 2])
+    with table_col:
+        if frame.snapshot.sequences:
+            show_figure(block_table_figure(frame.snapshot, names, title="Block tables"),
+                        key="cow_tables",
+                        file_name="block_tables")
+        else:
+            st.info("No live branch: every block table is gone.")
+    with pool_col:
+        show_figure(pool_grid(frame.snapshot, names, highlight=copied, columns=8,
+                              title="KV pool (×n: shared by n branches)"),
+                    key="cow_pool", file_name="kv_pool")
+    st.markdown(legend_markdown(frame.snapshot, names) + " &nbsp; red outline: a copy at this "
+                "step (the shared source and its new copy)", unsafe_allow_html=True)
+    show_figure(memory_figure(frames, step), key="cow_memory", file_name="cow_memory")
+    export_trace(trace_json(cfg, seed(), step), key="cow_trace",
+                 file_name=f"copy_on_write_step{step}.json")
+
+
+show_step(step_controls(len(frames) - 1))
 first_copies = frames[1].copies if len(frames) > 1 else 0
 partial = prompt_len % block_size
 predict("cow_copies",
@@ -97,5 +103,3 @@ predict("cow_copies",
                      "but the last writer, which finds ref count 1 and writes in place."
                      if partial else "The last shared block is full, so each branch simply "
                      "takes a fresh block: nothing is copied."))
-export_trace(trace_json(cfg, seed(), step), key="cow_trace",
-             file_name=f"copy_on_write_step{step}.json")

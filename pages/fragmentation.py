@@ -49,8 +49,6 @@ cfg = or_stop(lambda: FragConfig(
     num_blocks=max(1, pool_slots // block_size), max_output=max_output, mean_output=mean_output))
 run_both = cached(run, max_entries=32, spinner="Running the workload on both allocators…")
 requests, frames = run_both(cfg, seed())
-step = step_controls(len(frames) - 1)
-frame = frames[step]
 bytes_per_token = PoolConfig(block_size=block_size).bytes_per_token
 
 
@@ -62,34 +60,40 @@ def _row(name: str, s: MemoryStats) -> dict:
             "external frag.": kib(s.external), "free": kib(s.free)}
 
 
-c, p = frame.contiguous, frame.paged
-wasted_c, wasted_p = round(c.wasted_pct), round(p.wasted_pct)
-m1, m2, m3, m4 = st.columns(4)
-m1.metric("Running: contiguous", c.running, help="Requests holding memory at this step.")
-m2.metric("Running: paged", p.running, delta=f"{p.running - c.running:+d} vs contiguous",
-          delta_color="normal" if p.running != c.running else "off")
-m3.metric("Wasted: contiguous", f"{wasted_c}%",
-          help="Internal + external fragmentation, as a share of the pool.")
-m4.metric("Wasted: paged", f"{wasted_p}%", delta=f"{wasted_p - wasted_c:+d} points",
-          delta_color="inverse" if wasted_p != wasted_c else "off")
-live_badge("frag_live", (cfg, seed()), lambda: paged_replay(cfg, requests, seed()), step,
-           idle="The paged server runs no request at this step (it has finished them all, or "
-                "none has arrived): no attention to check on its pool.")
+def show_step(step: int) -> None:
+    frame = frames[step]
+    c, p = frame.contiguous, frame.paged
+    wasted_c, wasted_p = round(c.wasted_pct), round(p.wasted_pct)
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("Running: contiguous", c.running, help="Requests holding memory at this step.")
+    m2.metric("Running: paged", p.running, delta=f"{p.running - c.running:+d} vs contiguous",
+              delta_color="normal" if p.running != c.running else "off")
+    m3.metric("Wasted: contiguous", f"{wasted_c}%",
+              help="Internal + external fragmentation, as a share of the pool.")
+    m4.metric("Wasted: paged", f"{wasted_p}%", delta=f"{wasted_p - wasted_c:+d} points",
+              delta_color="inverse" if wasted_p != wasted_c else "off")
+    live_badge("frag_live", (cfg, seed()), lambda: paged_replay(cfg, requests, seed()), step,
+               idle="The paged server runs no request at this step (it has finished them all, or "
+                    "none has arrived): no attention to check on its pool.")
 
-show_figure(memory_maps(frame, cfg.capacity, block_size), key="frag_map",
-            file_name="memory_maps")
-st.caption("Solid: slots holding a token's K/V. Pale: reserved or allocated but empty "
-           "(internal fragmentation). Red: free holes too small for the next reservation "
-           f"({frame.next_reservation} slots; external fragmentation). White: free. "
-           "Each request (R0, R1, ...) keeps its colour in both rows.")
-st.dataframe([_row("Contiguous", c), _row("Paged", p)], hide_index=True,
-             width="stretch")
-show_figure(timeline(frames, step), key="frag_timeline", file_name="fragmentation_timeline")
-if frame.preemptions:
-    st.caption(f"The paged server ran out of free blocks {frame.preemptions} time(s) while "
-               "decoding and preempted its youngest request (recompute): admission control "
-               "is still needed, as the guide says.")
+    show_figure(memory_maps(frame, cfg.capacity, block_size), key="frag_map",
+                file_name="memory_maps")
+    st.caption("Solid: slots holding a token's K/V. Pale: reserved or allocated but empty "
+               "(internal fragmentation). Red: free holes too small for the next reservation "
+               f"({frame.next_reservation} slots; external fragmentation). White: free. "
+               "Each request (R0, R1, ...) keeps its colour in both rows.")
+    st.dataframe([_row("Contiguous", c), _row("Paged", p)], hide_index=True,
+                 width="stretch")
+    show_figure(timeline(frames, step), key="frag_timeline", file_name="fragmentation_timeline")
+    if frame.preemptions:
+        st.caption(f"The paged server ran out of free blocks {frame.preemptions} time(s) while "
+                   "decoding and preempted its youngest request (recompute): admission control "
+                   "is still needed, as the guide says.")
+    export_trace(trace_json(cfg, seed(), step), key="frag_trace",
+                 file_name=f"fragmentation_step{step}.json")
 
+
+show_step(step_controls(len(frames) - 1))
 st.subheader("The block size is a tradeoff")
 explain(
     "Smaller blocks leave a smaller empty tail in each sequence's last block, but every "
@@ -109,5 +113,3 @@ predict("frag_peak",
         explanation=f"The paged pool, with the same bytes, runs up to "
                     f"{max(f.paged.running for f in frames)} at once: it stores only tokens "
                     "that exist, plus less than one block of tail per sequence.")
-export_trace(trace_json(cfg, seed(), step), key="frag_trace",
-             file_name=f"fragmentation_step{step}.json")

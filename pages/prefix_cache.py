@@ -47,62 +47,69 @@ cfg = or_stop(lambda: PrefixConfig(
     num_requests=num_requests, num_apps=num_apps, system_len=system_len, block_size=block_size,
     num_blocks=num_blocks))
 frames = cached(run)(cfg, seed())
-step = step_controls(len(frames) - 1)
-frame = frames[step]
-names = {seq: f"R{req}" for req, seq in frame.seq_of_request.items()}
-for line in describe(frame) or ["Every running request decodes one token; "
-                                                  "nothing is admitted, evicted or finished."]:
-    st.markdown(f"- {line}")
 
-usage = frame.snapshot.usage
-m1, m2, m3, m4 = st.columns(4)
-m1.metric("Hit rate (prompt tokens)", f"{100 * frame.hit_rate:.0f}%",
-          help=f"{frame.hit_tokens} of {frame.query_tokens} prompt tokens so far were found "
-               "in the cache and not prefilled again.")
-m2.metric("Blocks in use", f"{usage.blocks_used} / {num_blocks}")
-m3.metric("Free but cached", usage.blocks_cached_free,
-          help="Free blocks that still hold a full block's K/V and its hash: a later request "
-               "with the same prefix takes them back without recomputing.")
-m4.metric("Evictions so far", frame.evictions)
-live_badge("prefix_live", (cfg, seed()), lambda: PrefixScenario(cfg, seed(), store_kv=True),
-           step)
 
-marked = sorted({link.block_id for a in frame.admissions for link in a.chain
-                 if link.status == "hit"} | {e.block_id for e in frame.events if e.kind == "evict"})
-show_figure(pool_grid(frame.snapshot, names, highlight=marked,
-                      columns=8 if num_blocks <= 32 else 16,
-                      title="KV pool (grey: free but cached)"),
-            key="prefix_pool", file_name="kv_pool")
-st.markdown(legend_markdown(frame.snapshot, names) + " &nbsp; red outline: hit or evicted "
-            "at this step", unsafe_allow_html=True)
+def show_step(step: int) -> None:
+    frame = frames[step]
+    names = {seq: f"R{req}" for req, seq in frame.seq_of_request.items()}
+    for line in describe(frame) or ["Every running request decodes one token; nothing is "
+                                    "admitted, evicted or finished."]:
+        st.markdown(f"- {line}")
 
-shown = frame.admissions[0] if frame.admissions else next(
-    (f.admissions[0] for f in reversed(frames[:step]) if f.admissions), None)
-if shown is not None:
-    show_figure(hash_chain(shown), key="prefix_chain", file_name="hash_chain")
-    st.caption("Each hash covers its block's tokens and, through its parent's hash, every "
-               "token before them. **hit**: found, not prefilled. **miss**: looked up, not "
-               "found, prefilled, then cached. **last**: full but holds the last prompt token, "
-               "so never looked up (prefilled, then cached for later). **partial**: not full, "
-               "no hash.")
-explain(
-    "**Why only full blocks?** A block's hash names exactly its tokens after exactly this "
-    "prefix. A partial block will still receive tokens, different for every request, so it has "
-    "no stable name and is never shared. **Why is the last prompt token always recomputed?** "
-    "Its query is what produces the first output token, so the model must run on it; at most "
-    "(prompt length − 1) // block size leading blocks can hit. A prompt that is exactly two full "
-    "blocks reuses only the first.",
-    title="Only full blocks, and never the last token")
-show_figure(cache_over_time(frames, step), key="prefix_time", file_name="prefix_cache_over_time")
+    usage = frame.snapshot.usage
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("Hit rate (prompt tokens)", f"{100 * frame.hit_rate:.0f}%",
+              help=f"{frame.hit_tokens} of {frame.query_tokens} prompt tokens so far were found "
+                   "in the cache and not prefilled again.")
+    m2.metric("Blocks in use", f"{usage.blocks_used} / {num_blocks}")
+    m3.metric("Free but cached", usage.blocks_cached_free,
+              help="Free blocks that still hold a full block's K/V and its hash: a later request "
+                   "with the same prefix takes them back without recomputing.")
+    m4.metric("Evictions so far", frame.evictions)
+    live_badge("prefix_live", (cfg, seed()), lambda: PrefixScenario(cfg, seed(), store_kv=True),
+               step)
 
-upcoming = next((f.admissions[0] for f in frames[step + 1:] if f.admissions), None)
-if upcoming is not None:
-    predict("prefix_hits",
-            f"The next request to be admitted, R{upcoming.req_id}, uses app "
-            f"{app_name(upcoming.app)} and has a {upcoming.prompt_len}-token prompt. How many "
-            "of its prompt tokens will be found in the cache?",
-            answer=upcoming.hit_tokens,
-            explanation="Only full blocks whose whole chain is still cached can hit, never the "
-                        "block holding the last prompt token; an evicted block ends the chain.")
-export_trace(trace_json(cfg, seed(), step), key="prefix_trace",
-             file_name=f"prefix_cache_step{step}.json")
+    marked = sorted({link.block_id for a in frame.admissions for link in a.chain
+                     if link.status == "hit"}
+                    | {e.block_id for e in frame.events if e.kind == "evict"})
+    show_figure(pool_grid(frame.snapshot, names, highlight=marked,
+                          columns=8 if num_blocks <= 32 else 16,
+                          title="KV pool (grey: free but cached)"),
+                key="prefix_pool", file_name="kv_pool")
+    st.markdown(legend_markdown(frame.snapshot, names) + " &nbsp; red outline: hit or evicted "
+                "at this step", unsafe_allow_html=True)
+
+    shown = frame.admissions[0] if frame.admissions else next(
+        (f.admissions[0] for f in reversed(frames[:step]) if f.admissions), None)
+    if shown is not None:
+        show_figure(hash_chain(shown), key="prefix_chain", file_name="hash_chain")
+        st.caption("Each hash covers its block's tokens and, through its parent's hash, every "
+                   "token before them. **hit**: found, not prefilled. **miss**: looked up, not "
+                   "found, prefilled, then cached. **last**: full but holds the last prompt token, "
+                   "so never looked up (prefilled, then cached for later). **partial**: not full, "
+                   "no hash.")
+    explain(
+        "**Why only full blocks?** A block's hash names exactly its tokens after exactly this "
+        "prefix. A partial block will still receive tokens, different for every request, so it "
+        "has no stable name and is never shared. **Why is the last prompt token always "
+        "recomputed?** Its query is what produces the first output token, so the model must run "
+        "on it; at most (prompt length − 1) // block size leading blocks can hit. A prompt that "
+        "is exactly two full blocks reuses only the first.",
+        title="Only full blocks, and never the last token")
+    show_figure(cache_over_time(frames, step), key="prefix_time",
+                file_name="prefix_cache_over_time")
+
+    upcoming = next((f.admissions[0] for f in frames[step + 1:] if f.admissions), None)
+    if upcoming is not None:
+        predict("prefix_hits",
+                f"The next request to be admitted, R{upcoming.req_id}, uses app "
+                f"{app_name(upcoming.app)} and has a {upcoming.prompt_len}-token prompt. How many "
+                "of its prompt tokens will be found in the cache?",
+                answer=upcoming.hit_tokens,
+                explanation="Only full blocks whose whole chain is still cached can hit, never the "
+                            "block holding the last prompt token; an evicted block ends the chain.")
+    export_trace(trace_json(cfg, seed(), step), key="prefix_trace",
+                 file_name=f"prefix_cache_step{step}.json")
+
+
+show_step(step_controls(len(frames) - 1))

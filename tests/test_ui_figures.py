@@ -1,12 +1,17 @@
-"""The block figures: built without plotly's validation, so check they are already valid,
-canonical plotly JSON (what plotly.js receives), and that they show what the snapshot says."""
+"""The figures are built without plotly's validation, so check they are already valid, canonical
+plotly JSON (what plotly.js receives), and that they show what the engine says."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 import pytest
 
+from lab import beams, fragmentation, prefix_scenario
 from lab.figures.blocks import block_table_figure, pool_grid, token_strip
+from lab.figures.common import STEP_LINE
+from lab.figures.cow import memory_figure
+from lab.figures.fragmentation import memory_maps, sweep_figure, timeline
+from lab.figures.prefix import cache_over_time, hash_chain
 from lab.walkthrough import WalkParams, replay_walk
 from ui.layout import _scaled
 
@@ -25,9 +30,47 @@ def canonical(fig: go.Figure) -> dict:
     return spec
 
 
+def step_figures() -> dict[str, go.Figure]:
+    """The step-driven figures of the fragmentation, copy-on-write and prefix-cache pages, at
+    step 3 of their default runs."""
+    cfg = fragmentation.FragConfig()
+    requests, frag = fragmentation.run(cfg, 0)
+    cow = beams.run(beams.BranchConfig(), 0)
+    prefix = prefix_scenario.run(prefix_scenario.PrefixConfig(), 0)
+    admission = next(a for f in prefix for a in f.admissions)
+    return {"memory_maps": memory_maps(frag[3], cfg.capacity, cfg.block_size),
+            "timeline": timeline(frag, 3),
+            "sweep": sweep_figure(fragmentation.block_size_sweep(requests), cfg.block_size),
+            "cow_memory": memory_figure(cow, 3), "hash_chain": hash_chain(admission),
+            "cache_over_time": cache_over_time(prefix, 3)}
+
+
+@pytest.fixture(scope="module")
+def page_figures() -> dict[str, go.Figure]:
+    return step_figures()
+
+
 @pytest.mark.parametrize("build", [token_strip, block_table_figure, pool_grid])
 def test_figures_are_valid_plotly_as_built(frame, build) -> None:
-    fig = build(frame.snapshot, frame.seq_names)
+    assert_canonical(build(frame.snapshot, frame.seq_names))
+
+
+@pytest.mark.parametrize("name", ["memory_maps", "timeline", "sweep", "cow_memory", "hash_chain",
+                                  "cache_over_time"])
+def test_page_figures_are_valid_plotly_as_built(page_figures, name) -> None:
+    assert_canonical(page_figures[name])
+
+
+@pytest.mark.parametrize("name", ["timeline", "cow_memory", "cache_over_time"])
+def test_over_time_figures_mark_the_step(page_figures, name) -> None:
+    marks = [s for s in page_figures[name].layout.shapes if s.line.dash == STEP_LINE["dash"]]
+    assert marks and all(s.x0 == s.x1 == 3 for s in marks)
+    for mark in marks:  # on an axis that shows steps
+        axis = page_figures[name].layout[mark.xref.replace("x", "xaxis")]
+        assert axis.title.text == "step"
+
+
+def assert_canonical(fig: go.Figure) -> None:
     validated = go.Figure(fig.to_dict())  # raises on an unknown property
     assert canonical(validated) == canonical(fig)  # no shorthand left for plotly.js to miss
     assert canonical(go.Figure(_scaled(fig, 1.5, 1.5).to_dict())) == canonical(

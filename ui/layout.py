@@ -46,7 +46,7 @@ def show_figure(fig: go.Figure, key: str, *, file_name: str | None = None) -> No
 
 
 def _scaled(fig: go.Figure, font_scale: float, height_scale: float) -> go.Figure:
-    """A copy of `fig` with every font size and the height multiplied (edited as plain dicts:
+    """A copy of `fig` with every font size and margin, and the height, multiplied (as dicts:
     rebuilding a validated figure would cost more than drawing it)."""
     spec = fig.to_dict()  # a deep copy: the caller's figure stays as it was
     layout = spec.setdefault("layout", {})
@@ -63,4 +63,7 @@ def _scaled(fig: go.Figure, font_scale: float, height_scale: float) -> go.Figure
             trace["textfont"]["size"] = size * font_scale
     if layout.get("height"):
         layout["height"] = int(layout["height"] * height_scale)
+    margin = layout.setdefault("margin", {})  # sized to the labels' fonts by the figures
+    for side in set(margin) & {"l", "r", "t", "b"}:
+        margin[side] *= font_scale
     return go.Figure(spec, _validate=False)

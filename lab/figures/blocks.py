@@ -54,7 +54,18 @@ def lighten(hex_color: str, amount: float) -> str:
 
 @cache
 def _template() -> dict:
-    return pio.templates["plotly_white"].to_plotly_json()
+    """plotly_white without automatic margins: fitting them makes plotly.js draw a figure twice
+    (about half of its drawing time on every step). Figures size their margins instead
+    (`label_margin` for axes with word labels)."""
+    template = pio.templates["plotly_white"].to_plotly_json()
+    for axis in ("xaxis", "yaxis"):
+        template["layout"][axis]["automargin"] = False
+    return template
+
+
+def label_margin(labels: Sequence[str], font_size: int = FONT_SIZE) -> int:
+    """Pixels of margin that fit the longest tick label (about 0.6 em a character)."""
+    return 20 + math.ceil(0.6 * font_size * max((len(t) for t in labels), default=0))
 
 
 def base_figure(traces: list[dict], layout: dict, title: str, height: int) -> go.Figure:
@@ -108,8 +119,12 @@ def token_strip(snapshot: Snapshot, names: Mapping[int, str] | None = None,
     layout = dict(shapes=shapes, annotations=annotations,
                   xaxis=dict(title=dict(text="token position (logical order)"),
                              range=[-0.5, width - 0.5], showgrid=False, zeroline=False),
-                  yaxis=_row_axis(rows))
+                  yaxis=_row_axis(rows), margin=_row_margin(rows))
     return base_figure(traces, layout, title, 110 + 48 * max(1, len(rows)))
+
+
+def _row_margin(rows: list[str]) -> dict:
+    return dict(l=max(60, label_margin(rows)), r=20, t=56, b=40)
 
 
 def _row_axis(rows: list[str]) -> dict:
@@ -139,7 +154,7 @@ def block_table_figure(snapshot: Snapshot, names: Mapping[int, str] | None = Non
                            hovertext=[hover], hoverinfo="text"))
     layout = dict(xaxis=dict(title=dict(text="logical block index"), range=[-0.5, width - 0.5],
                              dtick=1 if labelled else None, showgrid=False, zeroline=False),
-                  yaxis=_row_axis(rows))
+                  yaxis=_row_axis(rows), margin=_row_margin(rows))
     return base_figure(traces, layout, title, 110 + 48 * max(1, len(rows)))
 
 

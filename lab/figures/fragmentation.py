@@ -8,16 +8,17 @@ tails and the holes between them, and the paged pool's blocks with their unused 
 from __future__ import annotations
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from lab.figures.blocks import EDGE_COLOR, FONT_SIZE, PALETTE, lighten
-from lab.figures.common import finish_over_time
+from lab.figures.blocks import (EDGE_COLOR, FONT_SIZE, PALETTE, base_figure, label_margin,
+                                lighten)
+from lab.figures.common import over_time_figure, two_panels
 from lab.fragmentation import FragFrame, SweepRow
 
 CONTIGUOUS, PAGED = "Contiguous (reserve prompt + max output)", "Paged (blocks as tokens arrive)"
 EXTERNAL_COLOR = "#F4B6B6"  # free, but in a hole too small for the next request
 FREE_COLOR = "#FFFFFF"
 SYSTEM_COLORS = {CONTIGUOUS: "#D55E00", PAGED: "#0072B2"}
+ROW_NAMES = ["Contiguous", "Paged"]  # the memory map's rows, top to bottom
 MIN_LABEL_SLOTS = 28  # segments narrower than this get no request label (hover still tells)
 
 
@@ -71,43 +72,37 @@ def memory_maps(frame: FragFrame, capacity: int, block_size: int) -> go.Figure:
             _segment(shapes, hover, 0, x0 + block.filled, x0 + block_size,
                      lighten(color, 0.75), f"block {block.block_id} of R{req}: "
                      f"{block_size - block.filled} empty tail slots")
-    traces = [go.Scatter(x=[h[1] for h in hover], y=[h[0] for h in hover], mode="markers",
-                         marker=dict(size=18, opacity=0), hovertext=[h[2] for h in hover],
-                         hoverinfo="text", showlegend=False)]
-    fig = go.Figure(traces)
-    fig.update_layout(
-        shapes=shapes, height=250, template="plotly_white", font=dict(size=FONT_SIZE),
-        margin=dict(l=20, r=20, t=50, b=45), hoverlabel=dict(font_size=FONT_SIZE),
-        title=dict(text=f"Memory map at step {frame.step}: the same {capacity} token slots",
-                   x=0, xanchor="left"),
+    traces = [dict(type="scatter", x=[h[1] for h in hover], y=[h[0] for h in hover],
+                   mode="markers", marker=dict(size=18, opacity=0),
+                   hovertext=[h[2] for h in hover], hoverinfo="text")]
+    layout = dict(
+        shapes=shapes, margin=dict(l=label_margin(ROW_NAMES), r=20, t=50, b=45),
         annotations=[dict(a, showarrow=False, font=dict(size=FONT_SIZE - 1, color="#111111"),
                           bgcolor="rgba(255,255,255,0.7)") for a in labels],
-        xaxis=dict(title="slot address (each slot holds one token's K and V)", range=[0, capacity],
-                   showgrid=False, zeroline=False),
-        yaxis=dict(tickvals=[1, 0], ticktext=["Contiguous", "Paged"], range=[-0.6, 1.6],
+        xaxis=dict(title=dict(text="slot address (each slot holds one token's K and V)"),
+                   range=[0, capacity], showgrid=False, zeroline=False),
+        yaxis=dict(tickvals=[1, 0], ticktext=ROW_NAMES, range=[-0.6, 1.6],
                    showgrid=False, zeroline=False, fixedrange=True))
-    return fig
+    return base_figure(traces, layout,
+                       f"Memory map at step {frame.step}: the same {capacity} token slots", 250)
 
 
 def timeline(frames: list[FragFrame], step: int) -> go.Figure:
     """Sequences running at once, and wasted memory (internal + external, % of the pool)."""
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
-                        subplot_titles=("Sequences running at once",
-                                        "Wasted (% of pool)"))
+    layout = two_panels(("Sequences running at once", "Wasted (% of pool)"))
     steps = [f.step for f in frames]
+    traces = []
     for name, pick in ((CONTIGUOUS, lambda f: f.contiguous), (PAGED, lambda f: f.paged)):
         stats = [pick(f) for f in frames]
-        color = SYSTEM_COLORS[name]
-        fig.add_trace(go.Scatter(x=steps, y=[s.running for s in stats], name=name,
-                                 line=dict(color=color, width=2.5, shape="hv"),
-                                 legendgroup=name), row=1, col=1)
-        fig.add_trace(go.Scatter(x=steps, y=[s.wasted_pct for s in stats], name=name,
-                                 showlegend=False,
-                                 line=dict(color=color, width=2.5, shape="hv"),
-                                 legendgroup=name), row=1, col=2)
-    fig.update_yaxes(rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(range=[0, 100], row=1, col=2)
-    return finish_over_time(fig, step, step_cols=(1, 2), height=340,
+        line = dict(color=SYSTEM_COLORS[name], width=2.5, shape="hv")
+        traces += [dict(type="scatter", x=steps, y=[s.running for s in stats], name=name,
+                        line=line, legendgroup=name),
+                   dict(type="scatter", x=steps, y=[s.wasted_pct for s in stats], name=name,
+                        line=line, legendgroup=name, showlegend=False, xaxis="x2",
+                        yaxis="y2")]
+    layout["yaxis"]["rangemode"] = "tozero"
+    layout["yaxis2"]["range"] = [0, 100]
+    return over_time_figure(traces, layout, step, step_axes=("x", "x2"), height=340,
                             margin=dict(l=50, r=20, t=64, b=45),
                             legend=dict(orientation="h", y=-0.3, x=0))
 
@@ -115,32 +110,29 @@ def timeline(frames: list[FragFrame], step: int) -> go.Figure:
 def sweep_figure(rows: list[SweepRow], current: int) -> go.Figure:
     """Tail waste (bars, left axis) against block-table entries (line, right, log axis)."""
     names = [str(r.block_size) for r in rows]
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Bar(
-        x=names, y=[r.tail_pct for r in rows], name="tail waste: empty slots in last blocks (%)",
-        marker_color=[SYSTEM_COLORS[CONTIGUOUS] if r.block_size == current else
-                      lighten(SYSTEM_COLORS[CONTIGUOUS], 0.45) for r in rows],
+    bars = dict(
+        type="bar", x=names, y=[r.tail_pct for r in rows],
+        name="tail waste: empty slots in last blocks (%)",
+        marker=dict(color=[SYSTEM_COLORS[CONTIGUOUS] if r.block_size == current else
+                           lighten(SYSTEM_COLORS[CONTIGUOUS], 0.45) for r in rows]),
         text=[f"{r.tail_pct:.0f}%" for r in rows], textposition="outside",
-        hovertemplate="block size %{x}: %{y:.1f}% of allocated slots empty<extra></extra>"),
-        secondary_y=False)
-    fig.add_trace(go.Scatter(
-        x=names, y=[r.table_entries for r in rows], name="block-table entries per sequence",
-        mode="lines+markers", line=dict(color=SYSTEM_COLORS[PAGED], width=3),
-        customdata=[r.table_bytes for r in rows],
+        hovertemplate="block size %{x}: %{y:.1f}% of allocated slots empty<extra></extra>")
+    entries = dict(
+        type="scatter", x=names, y=[r.table_entries for r in rows], yaxis="y2",
+        name="block-table entries per sequence", mode="lines+markers",
+        line=dict(color=SYSTEM_COLORS[PAGED], width=3), customdata=[r.table_bytes for r in rows],
         hovertemplate="block size %{x}: %{y:.1f} entries (%{customdata:.0f} bytes)"
-                      "<extra></extra>"), secondary_y=True)
-    fig.update_layout(
-        height=380, template="plotly_white", font=dict(size=FONT_SIZE),
-        title=dict(text="Block size: tail waste vs block-table size (this workload)", x=0,
-                   xanchor="left"),
-        margin=dict(l=80, r=90, t=56, b=50), legend=dict(orientation="h", y=-0.25, x=0),
-        hoverlabel=dict(font_size=FONT_SIZE), bargap=0.35)
+                      "<extra></extra>")
     top = max(r.tail_pct for r in rows)
-    fig.update_xaxes(title_text="block size (tokens per block)", type="category")
-    fig.update_yaxes(title_text="tail waste (%)", range=[0, max(10.0, top * 1.3)],
-                     secondary_y=False)
     ticks = [t for t in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
              if t <= 2 * max(r.table_entries for r in rows)]
-    fig.update_yaxes(title_text="table entries", type="log",
-                     tickvals=ticks, secondary_y=True, showgrid=False)
-    return fig
+    layout = dict(
+        showlegend=True, margin=dict(l=80, r=90, t=56, b=50), bargap=0.35,
+        legend=dict(orientation="h", y=-0.25, x=0),
+        xaxis=dict(title=dict(text="block size (tokens per block)"), type="category",
+                   domain=[0.0, 0.94]),
+        yaxis=dict(title=dict(text="tail waste (%)"), range=[0, max(10.0, top * 1.3)]),
+        yaxis2=dict(title=dict(text="table entries"), type="log", tickvals=ticks,
+                    showgrid=False, overlaying="y", side="right", anchor="x"))
+    return base_figure([bars, entries], layout,
+                       "Block size: tail waste vs block-table size (this workload)", 380)

@@ -6,10 +6,9 @@ The pool itself is drawn with `lab.figures.blocks.pool_grid` (grey tiles: free b
 from __future__ import annotations
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from lab.figures.blocks import FONT_SIZE
-from lab.figures.common import finish_over_time
+from lab.figures.blocks import base_figure
+from lab.figures.common import over_time_figure, two_panels
 from lab.prefix_scenario import Admission, PrefixFrame
 
 STATUS_STYLE = {  # status -> (fill, word on the box)
@@ -37,31 +36,28 @@ def hash_chain(admission: Admission) -> go.Figure:
             notes.append(dict(x=x0, y=0.5, ax=x0 - 0.25, ay=0.5, xref="x", yref="y", axref="x",
                               ayref="y", showarrow=True, arrowhead=2, arrowwidth=1.5, text=""))
     width = 1.25 * len(admission.chain) - 0.25
-    fig = go.Figure()
-    fig.update_layout(
-        shapes=shapes, annotations=notes, height=230, template="plotly_white",
-        font=dict(size=FONT_SIZE), margin=dict(l=10, r=10, t=50, b=10),
-        title=dict(text=f"R{admission.req_id}'s prompt as a hash chain", x=0, xanchor="left"),
+    layout = dict(
+        shapes=shapes, annotations=notes, margin=dict(l=10, r=10, t=50, b=10),
         xaxis=dict(range=[-0.05, max(width, 4.95) + 0.05], visible=False, fixedrange=True),
         yaxis=dict(range=[-0.05, 1.05], visible=False, fixedrange=True))
-    return fig
+    return base_figure([], layout, f"R{admission.req_id}'s prompt as a hash chain", 230)
 
 
 def cache_over_time(frames: list[PrefixFrame], step: int) -> go.Figure:
     """Left: hit rate in prompt tokens so far. Right: cached free blocks and evictions."""
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
-                        subplot_titles=("Hit rate (% of prompt tokens)",
-                                        "Cached free blocks, evictions"))
+    layout = two_panels(("Hit rate (% of prompt tokens)", "Cached free blocks, evictions"),
+                        spacing=0.12)
     steps = [f.step for f in frames]
-    fig.add_trace(go.Scatter(x=steps, y=[100 * f.hit_rate for f in frames], name="hit rate",
-                             line=dict(color="#009E73", width=3, shape="hv"), showlegend=False),
-                  row=1, col=1)
-    fig.add_trace(go.Bar(x=steps, y=[f.snapshot.usage.blocks_cached_free for f in frames],
-                         name="cached free blocks", marker_color="#AAAAAA"), row=1, col=2)
-    fig.add_trace(go.Scatter(x=steps, y=[f.evictions for f in frames], name="evictions so far",
-                             line=dict(color="#D55E00", width=3, shape="hv")), row=1, col=2)
-    fig.update_yaxes(range=[0, 100], row=1, col=1)
-    fig.update_yaxes(rangemode="tozero", row=1, col=2)
-    return finish_over_time(fig, step, step_cols=(1, 2), height=330,
+    traces = [
+        dict(type="scatter", x=steps, y=[100 * f.hit_rate for f in frames], name="hit rate",
+             line=dict(color="#009E73", width=3, shape="hv"), showlegend=False),
+        dict(type="bar", x=steps, y=[f.snapshot.usage.blocks_cached_free for f in frames],
+             name="cached free blocks", marker=dict(color="#AAAAAA"), xaxis="x2", yaxis="y2"),
+        dict(type="scatter", x=steps, y=[f.evictions for f in frames], name="evictions so far",
+             line=dict(color="#D55E00", width=3, shape="hv"), xaxis="x2", yaxis="y2")]
+    layout["yaxis"]["range"] = [0, 100]
+    layout["yaxis2"]["rangemode"] = "tozero"
+    layout["bargap"] = 0.3
+    return over_time_figure(traces, layout, step, step_axes=("x", "x2"), height=330,
                             margin=dict(l=50, r=20, t=64, b=45),
-                            legend=dict(orientation="h", y=-0.3, x=0.55), bargap=0.3)
+                            legend=dict(orientation="h", y=-0.3, x=0.55))
