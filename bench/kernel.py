@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from kernels.paged_attention import check_paged_inputs, launch_paged_attention  # noqa: E402
+from kernels.paged_attention import launch_paged_attention  # noqa: E402
+from kernels.paged_inputs import check_paged_inputs  # noqa: E402
 from lab.backend import backend  # noqa: E402
 
 BLOCK_SIZE = 16

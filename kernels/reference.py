@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.paged_attention import check_paged_inputs
+from kernels.paged_inputs import check_paged_inputs
 
 
 def gather_kv(cache: torch.Tensor, block_table_row: torch.Tensor | list[int],

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from kernels.cache_ops import copy_blocks, write_kv
-from kernels.paged_attention import check_paged_inputs, launch_paged_attention, paged_attention
+from kernels.paged_attention import launch_paged_attention, paged_attention
+from kernels.paged_inputs import check_paged_inputs
 from kernels.reference import dense_attention
 from tests.test_paged_attention import CASES, Case, make_inputs
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from kernels.paged_attention import (check_paged_inputs, launch_paged_attention, paged_attention,
-                                     whole_batch_keys)
+from kernels.paged_attention import launch_paged_attention, paged_attention, whole_batch_keys
+from kernels.paged_inputs import check_paged_inputs
 from kernels.reference import dense_attention, gather_kv, online_softmax_steps
 
 

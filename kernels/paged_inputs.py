@@ -1,0 +1,117 @@
+"""The paged-attention call's contract: the checks every input passes before a launch.
+
+`check_paged_inputs` validates a call (shapes, dtypes, devices, block tables that stay inside
+the cache) and raises a ValueError naming the bad argument; what it learned is an
+`AttentionShapes`, enough to launch the kernel. The dense reference runs the same checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from lab.backend import backend
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class AttentionShapes:
+    """What the checks learned about a paged-attention call; enough to launch it."""
+
+    num_tokens: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    num_seqs: int
+    block_size: int
+    max_query_len: int
+    max_seq_len: int
+    total_keys: int  # sum of seq_lens
+    scale: float
+
+
+def _fail(name: str, message: str) -> ValueError:
+    return ValueError(f"{name}: {message}")
+
+
+def _check_tensor(name: str, t: object, ndim: int, dtypes: tuple[torch.dtype, ...]) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise _fail(name, f"expected a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != ndim:
+        raise _fail(name, f"expected {ndim} dimensions, got shape {tuple(t.shape)}")
+    if t.dtype not in dtypes:
+        raise _fail(name, f"dtype must be one of {[str(d) for d in dtypes]}, got {t.dtype}")
+    if t.numel() and t.stride(-1) != 1:
+        raise _fail(name, "last dimension must be contiguous (stride 1)")
+
+
+def check_paged_inputs(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                       block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                       query_start_loc: torch.Tensor, scale: float | None = None
+                       ) -> AttentionShapes:
+    """Validate a paged-attention call; raise ValueError naming the bad argument."""
+    _check_tensor("query", query, 3, FLOAT_DTYPES)
+    for name, t in (("key_cache", key_cache), ("value_cache", value_cache)):
+        _check_tensor(name, t, 4, FLOAT_DTYPES)
+        if t.dtype != query.dtype:
+            raise _fail(name, f"dtype {t.dtype} differs from query dtype {query.dtype}")
+    _check_tensor("block_tables", block_tables, 2, (torch.int32,))
+    _check_tensor("seq_lens", seq_lens, 1, (torch.int32,))
+    _check_tensor("query_start_loc", query_start_loc, 1, (torch.int32,))
+    named = {"key_cache": key_cache, "value_cache": value_cache, "block_tables": block_tables,
+             "seq_lens": seq_lens, "query_start_loc": query_start_loc}
+    for name, t in named.items():
+        if t.device != query.device:
+            raise _fail(name, f"is on {t.device} but query is on {query.device}")
+    if backend().is_cuda and query.device.type != "cuda":
+        raise _fail("query", f"the compiled Triton backend needs CUDA tensors, got {query.device}")
+
+    num_tokens, num_heads, head_dim = query.shape
+    num_blocks, block_size, num_kv_heads, cache_head_dim = key_cache.shape
+    if value_cache.shape != key_cache.shape or value_cache.stride() != key_cache.stride():
+        raise _fail("value_cache", f"shape/strides {tuple(value_cache.shape)}/"
+                    f"{value_cache.stride()} differ from key_cache {tuple(key_cache.shape)}/"
+                    f"{key_cache.stride()}")
+    if min(num_blocks, block_size, num_kv_heads, cache_head_dim) < 1:
+        raise _fail("key_cache", f"every dimension must be >= 1, got {tuple(key_cache.shape)}")
+    if cache_head_dim != head_dim:
+        raise _fail("key_cache", f"head_dim {cache_head_dim} differs from query's {head_dim}")
+    if num_heads < 1 or num_heads % num_kv_heads:
+        raise _fail("query", f"num_heads {num_heads} is not a multiple of num_kv_heads "
+                    f"{num_kv_heads}")
+    num_seqs = seq_lens.shape[0]
+    if block_tables.shape[0] != num_seqs:
+        raise _fail("block_tables", f"has {block_tables.shape[0]} rows for {num_seqs} sequences")
+    if query_start_loc.shape[0] != num_seqs + 1:
+        raise _fail("query_start_loc", f"needs {num_seqs + 1} entries, got "
+                    f"{query_start_loc.shape[0]}")
+
+    starts = query_start_loc.tolist()
+    query_lens = [b - a for a, b in zip(starts, starts[1:])]
+    if starts[0] != 0 or starts[-1] != num_tokens or min(query_lens, default=0) < 0:
+        raise _fail("query_start_loc", f"must rise from 0 to num_tokens={num_tokens}, got "
+                    f"{starts}")
+    lens = seq_lens.tolist()
+    short = [i for i, (s, q) in enumerate(zip(lens, query_lens)) if s < q]
+    if short:
+        i = short[0]
+        raise _fail("seq_lens", f"sequence {i} has seq_len {lens[i]} < its {query_lens[i]} "
+                    "new tokens")
+    blocks_needed = [-(-s // block_size) for s in lens]
+    if max(blocks_needed, default=0) > block_tables.shape[1]:
+        raise _fail("block_tables", f"width {block_tables.shape[1]} < {max(blocks_needed)} "
+                    f"blocks needed for seq_len {max(lens)}")
+    if num_seqs and block_tables.shape[1]:
+        used = (torch.arange(block_tables.shape[1], device=block_tables.device)[None, :]
+                < torch.tensor(blocks_needed, device=block_tables.device)[:, None])
+        if bool((used & ((block_tables < 0) | (block_tables >= num_blocks))).any()):
+            raise _fail("block_tables", f"a used entry is outside [0, {num_blocks})")
+    if scale is None:
+        scale = head_dim ** -0.5
+    elif not isinstance(scale, (int, float)) or not (0 < abs(float(scale)) < float("inf")):
+        raise _fail("scale", f"must be a finite non-zero number, got {scale!r}")
+    return AttentionShapes(num_tokens, num_heads, num_kv_heads, head_dim, num_seqs, block_size,
+                           max(query_lens, default=0), max(lens, default=0), sum(lens),
+                           float(scale))
