@@ -78,7 +78,7 @@ def time_ms(fn: Callable[[], object], warmup: int, reps: int, cuda: bool) -> flo
 
 
 def run_config(batch: int, context: int, heads: int, kv_heads: int, head_dim: int,
-               dtype: torch.dtype, warmup: int, reps: int, whole_batch: bool | None) -> dict:
+               dtype: torch.dtype, warmup: int, reps: int, whole_batch: bool) -> dict:
     device = backend().device
     paged, k_dense, v_dense = decode_inputs(batch, context, heads, kv_heads, head_dim, dtype,
                                             device)
@@ -92,7 +92,7 @@ def run_config(batch: int, context: int, heads: int, kv_heads: int, head_dim: in
     out = launch_paged_attention(shapes, **paged, whole_batch=whole_batch)
     ref = F.scaled_dot_product_attention(q_dense, k_dense, v_dense, enable_gqa=True)[:, :, 0]
     kv_bytes = 2 * batch * context * kv_heads * head_dim * paged["key_cache"].element_size()
-    layout = "whole batch" if (not cuda if whole_batch is None else whole_batch) else "per sequence"
+    layout = "whole batch" if whole_batch else "per sequence"
     return {"batch": batch, "context": context, "heads": f"{heads}/{kv_heads}", "layout": layout,
             "head_dim": head_dim, "dtype": str(dtype).removeprefix("torch."),
             "paged_ms": paged_ms, "dense_ms": dense_ms, "paged_gbps": kv_bytes / paged_ms / 1e6,
@@ -141,7 +141,7 @@ def main() -> None:
             print(f"skip batch={batch} context={context}: does not fit in free GPU memory")
             continue
         # The interpreter's default program layout, and the per-sequence one a GPU uses.
-        for whole_batch in ((None,) if backend().is_cuda else (True, False)):
+        for whole_batch in ((False,) if backend().is_cuda else (True, False)):
             rows.append(run_config(batch, context, heads, kv_heads, head_dim, dtype,
                                    args.warmup, args.reps, whole_batch))
             r = rows[-1]

@@ -15,7 +15,7 @@ from lab.dense_cache import DenseKVCache
 from lab.generation import GenerationStep, SamplingParams, generate, sample
 from lab.gguf_model import GGUF_FILE, LoadedModel, gguf_path, load_smollm2
 from lab.kv_pool import PoolConfig
-from lab.paged_generation import PagedKVCache, pool_config_for
+from lab.paged_generation import KernelPlan, PagedKVCache, pool_config_for
 
 CPU = torch.device("cpu")
 SYSTEM = "You are a concise assistant who answers in one short paragraph."
@@ -49,9 +49,9 @@ def paged_manager(lm: LoadedModel, num_blocks: int = 48, block_size: int = 16,
 
 
 def paged_run(lm: LoadedModel, manager: KVCacheManager, prompt: list[int],
-              params: SamplingParams, stops: frozenset[int] = frozenset()
-              ) -> tuple[list[GenerationStep], PagedKVCache]:
-    cache = PagedKVCache(manager, lm.model.config)
+              params: SamplingParams, stops: frozenset[int] = frozenset(),
+              plan: KernelPlan | None = None) -> tuple[list[GenerationStep], PagedKVCache]:
+    cache = PagedKVCache(manager, lm.model.config, plan)
     return list(generate(lm.model, cache, prompt, params, stops)), cache
 
 
@@ -128,8 +128,7 @@ def test_other_kernel_plans_store_the_same_cache(smol, plan):
     dense_cache = DenseKVCache(smol.model.config, len(prompt) + 3, CPU)
     dense = list(generate(smol.model, dense_cache, prompt, params))
     manager = paged_manager(smol)
-    cache = PagedKVCache(manager, smol.model.config, plan)
-    paged = list(generate(smol.model, cache, prompt, params))
+    paged, cache = paged_run(smol, manager, prompt, params, plan=plan)
     assert texts(paged) == texts(dense)
     expected = tuple(range(30)) if plan == "every layer" else ()
     assert all(r.kernel_layers == expected for r in cache.reports)
