@@ -25,7 +25,9 @@ def _write_kv_kernel(key_cache_ptr, value_cache_ptr, key_ptr, value_ptr, slot_ma
     # One program writes BLOCK_T tokens. In a contiguous cache, slot s starts at element s * ROW
     # (ROW: a slot's num_kv_heads * head_dim values, or the 8-byte words they fill), and token t's
     # K (or V) row starts at t * ROW in key (value). slot_mapping is int64 (the wrapper's copy).
-    tokens = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T).to(tl.int64))[:, None]  # [T, 1]
+    # Index arithmetic is int64 from the program id on: the interpreter checks every int32 add,
+    # sub and mul for overflow (seven more ops each).
+    tokens = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]  # [T, 1]
     slots = tl.load(slot_mapping_ptr + tokens, mask=tokens < num_tokens, other=-1)  # [T, 1]
     cols = tl.arange(0, ROW_PAD)[None, :]  # [1, R]
     mask = (slots >= 0) & (cols < ROW)  # [T, R]: skipped tokens and padding
@@ -40,11 +42,11 @@ def _copy_blocks_kernel(key_cache_ptr, value_cache_ptr, src_dst_ptr, num_pairs, 
                         PAIRS: tl.constexpr, CHUNK: tl.constexpr):
     # Program (tile of pairs, chunk) copies one chunk of each pair's contiguous physical block,
     # K and V. A GPU takes one pair a program; the interpreter, every pair at once.
-    pairs = (tl.program_id(0) * PAIRS + tl.arange(0, PAIRS))[:, None]  # [P, 1]
+    pairs = tl.program_id(0).to(tl.int64) * PAIRS + tl.arange(0, PAIRS)[:, None]  # [P, 1] int64
     pair_ok = pairs < num_pairs
     src = tl.load(src_dst_ptr + 2 * pairs, mask=pair_ok, other=0).to(tl.int64) * block_numel
     dst = tl.load(src_dst_ptr + 2 * pairs + 1, mask=pair_ok, other=0).to(tl.int64) * block_numel
-    offs = (tl.program_id(1) * CHUNK + tl.arange(0, CHUNK))[None, :]  # [1, C]
+    offs = tl.program_id(1).to(tl.int64) * CHUNK + tl.arange(0, CHUNK)[None, :]  # [1, C]
     mask = pair_ok & (offs < block_numel)  # [P, C]
     tl.store(key_cache_ptr + dst + offs, tl.load(key_cache_ptr + src + offs, mask=mask), mask=mask)
     tl.store(value_cache_ptr + dst + offs, tl.load(value_cache_ptr + src + offs, mask=mask),

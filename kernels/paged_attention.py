@@ -39,7 +39,8 @@ NEG_BIG = tl.constexpr(-1.0e30)  # running-max start: finite, so masked rows nev
 def _paged_attention_kernel(
     out_ptr, query_ptr, key_cache_ptr, value_cache_ptr,
     block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
-    token_keys_ptr, key_seq_ptr, key_pos_ptr, program_keys_ptr,  # used if WHOLE_BATCH
+    first_key_ptr, last_key_ptr, key_seq_ptr, key_pos_ptr, program_lo_ptr, program_end_ptr,
+    # ^ used if WHOLE_BATCH
     qk_scale,  # softmax scale * log2(e): the kernel works in base 2
     stride_t, stride_h,  # of query and out (both contiguous)
     stride_cb, stride_cs, stride_ch, stride_bt,
@@ -57,31 +58,33 @@ def _paged_attention_kernel(
     # zero elsewhere, so one dot gives each row the scores against its own KV head.
     # Per-row values are [M, 1] and per-column ones [1, W] from the start, so they broadcast
     # without reshapes (each op costs Python time in the interpreter).
+    # Index arithmetic is int64 from the start: large caches overflow int32 offsets, and the
+    # interpreter checks every int32 add, sub and mul for overflow (seven more ops each).
+    pid = tl.program_id(0).to(tl.int64)
     rows = tl.arange(0, BLOCK_Q * HEADS_PAD).to(tl.int64)[:, None]  # [M, 1]
     in_program = rows % HEADS_PAD  # [M, 1] query head among the program's
-    wide = tl.arange(0, KV_PAD * HEAD_PAD)[None, :]  # [1, W]
+    wide = tl.arange(0, KV_PAD * HEAD_PAD).to(tl.int64)[None, :]  # [1, W]
     dims = wide % HEAD_PAD  # [1, W] dim within a head
     if WHOLE_BATCH:  # program: BLOCK_Q consecutive tokens of the batch, every head
         split = 0
         head = in_program  # [M, 1] query head
         col_kv = wide // HEAD_PAD  # [1, W] KV head of each column
-        token = tl.program_id(0) * BLOCK_Q + rows // HEADS_PAD  # [M, 1]
+        token = pid * BLOCK_Q + rows // HEADS_PAD  # [M, 1]
         row_ok = (token < num_tokens) & (in_program < KV_PER_PROGRAM * GROUP)
-        token = tl.minimum(token, num_tokens - 1)  # padding rows read the last real token
+        token = tl.where(row_ok, token, 0)  # padding rows read token 0 (there is always one)
         # Columns walk the batch's contexts laid end to end; a row sees the range of columns
         # from its sequence's first key to its own position.
-        first_key = tl.load(token_keys_ptr + 2 * token)  # [M, 1]
-        last_key = tl.load(token_keys_ptr + 2 * token + 1)  # [M, 1]
-        kv_lo = tl.load(program_keys_ptr + 2 * tl.program_id(0))  # the program's columns
-        kv_end = tl.load(program_keys_ptr + 2 * tl.program_id(0) + 1)
+        first_key = tl.load(first_key_ptr + token)  # [M, 1]
+        last_key = tl.load(last_key_ptr + token)  # [M, 1]
+        kv_lo = tl.load(program_lo_ptr + pid)  # the program's columns
+        kv_end = tl.load(program_end_ptr + pid)
         kv_hi = kv_end
     else:  # program (sequence, KV head, tile of that sequence's new tokens[, split])
-        seq = tl.program_id(0).to(tl.int64)
-        kv_first = tl.program_id(1)
-        first_q = (tl.program_id(2) // NUM_SPLITS) * BLOCK_Q
-        split = tl.program_id(2) % NUM_SPLITS
-        # Index arithmetic in int64: large caches overflow int32 offsets (and the interpreter
-        # skips its per-op int32 overflow checks).
+        seq = pid
+        kv_first = tl.program_id(1).to(tl.int64)
+        tile_split = tl.program_id(2).to(tl.int64)
+        first_q = (tile_split // NUM_SPLITS) * BLOCK_Q
+        split = tile_split % NUM_SPLITS
         q_start = tl.load(query_start_loc_ptr + seq).to(tl.int64)
         q_len = tl.load(query_start_loc_ptr + seq + 1).to(tl.int64) - q_start
         if first_q >= q_len:
@@ -111,10 +114,12 @@ def _paged_attention_kernel(
     m_i = tl.full([BLOCK_Q * HEADS_PAD, 1], NEG_BIG, tl.float32)  # running max (base 2)
     l_i = tl.full([BLOCK_Q * HEADS_PAD, 1], 0.0, tl.float32)  # running sum
     acc = tl.full([BLOCK_Q * HEADS_PAD, KV_PAD * HEAD_PAD], 0.0, tl.float32)  # [M, W]
-    col_offs = col_kv * stride_ch + dims  # [1, W] within a slot
-    tile = tl.arange(0, TILE_N)
+    # K/V columns of padding (a KV head or dim past the real ones) read the slot's first value,
+    # so the loads need no mask: q is zero in those columns and their outputs are never stored.
+    col_offs = tl.where(col_ok, col_kv * stride_ch + dims, 0)  # [1, W] within a slot
+    tile = tl.arange(0, TILE_N).to(tl.int64)
     for start in range(kv_lo, kv_hi, TILE_N):
-        cols = start + tile  # [N] (int64: start is)
+        cols = start + tile  # [N]
         # Columns past kv_end are clamped onto the last needed one (so every read stays inside
         # the block table and the cache) and then masked out below.
         kept = tl.minimum(cols, kv_end - 1)
@@ -129,7 +134,7 @@ def _paged_attention_kernel(
             visible = across <= last_key  # [M, N]
         physical = tl.load(table + pos // block_size).to(tl.int64)  # [N] physical blocks
         offs = (physical * stride_cb + (pos % block_size) * stride_cs)[:, None] + col_offs
-        k = tl.load(key_cache_ptr + offs, mask=col_ok, other=0.0)  # [N, W]
+        k = tl.load(key_cache_ptr + offs)  # [N, W]
         if DOT_F32:
             k = k.to(tl.float32)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [M, N]
@@ -141,7 +146,7 @@ def _paged_attention_kernel(
         alpha = tl.exp2(m_i - m_new)  # [M, 1] rescales what was summed under the old max
         p = tl.exp2(s - m_new)  # [M, N]
         l_i = l_i * alpha + tl.reduce(p, 1, tl.standard._sum_combine, keep_dims=True)
-        v = tl.load(value_cache_ptr + offs, mask=col_ok, other=0.0)  # [N, W]
+        v = tl.load(value_cache_ptr + offs)  # [N, W]
         if DOT_F32:
             v = v.to(tl.float32)
         acc = acc * alpha + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
@@ -271,12 +276,15 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
         num_splits, grid = 1, (q_tiles, 1, 1)
         token_keys, key_seq, key_pos, program_keys = whole_batch_keys(seq_lens, query_start_loc,
                                                                       block_q)
+        # first and own key of each token, keys' sequence and position, programs' columns
+        layout = (token_keys[:, 0].contiguous(), token_keys[:, 1].contiguous(), key_seq, key_pos,
+                  program_keys[:, 0].contiguous(), program_keys[:, 1].contiguous())
     else:
         if num_splits is None:
             num_splits = choose_num_splits(
                 shapes, shapes.num_seqs * shapes.num_kv_heads * q_tiles, query.device)
         grid = (shapes.num_seqs, shapes.num_kv_heads, q_tiles * num_splits)
-        token_keys = key_seq = key_pos = program_keys = query_start_loc  # unused
+        layout = (query_start_loc,) * 6  # unused
     partial_shape = (num_splits, shapes.num_tokens, shapes.num_heads)
     partial_m = torch.empty(partial_shape if num_splits > 1 else (1,), dtype=torch.float32,
                             device=query.device)  # [num_splits, num_tokens, num_heads]
@@ -286,7 +294,7 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
     with kernel_launch():
         _paged_attention_kernel[grid](
             out, query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
-            token_keys, key_seq, key_pos, program_keys,
+            *layout,
             shapes.scale * LOG2E,
             query.stride(0), query.stride(1),
             key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), block_tables.stride(0),

@@ -182,5 +182,10 @@ def test_write_batch_stores_several_sequences_in_one_call():
     for seq, want in ((a, ka), (b, kb)):
         assert seq.num_written == len(seq)
         assert torch.equal(m.read_kv(seq.seq_id, layer=1)[0], want[1])
+    # read_slots: every layer at once, at any [S, C] grid of slots (here b's, then a's reversed)
+    slots = torch.tensor([b.slots(0, 3), a.slots(0, 3)[::-1]])  # [2, 3]
+    keys, values = m.pool.read_slots(slots)  # each [layers, 2, 3, KV, D]
+    assert keys.shape == (2, 2, 3, m.config.num_kv_heads, m.config.head_dim)
+    assert torch.equal(keys[:, 0], kb[:, :3]) and torch.equal(values[:, 1], va.flip(1))
     with pytest.raises(ValueError, match="unwritten"):
         m.write_batch([a.seq_id], ka, va)  # nothing left to write
