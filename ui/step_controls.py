@@ -129,9 +129,19 @@ def _ticker(key: str, interval: float) -> None:
     tick()
 
 
+# The prefetch starts this long after the page asked for it: Python runs one thread at a time,
+# and a replay (interpreted kernel launches) started at once would hold up the messages that
+# draw the current step. A reader looks at a step for longer than this.
+PREFETCH_DELAY_S = 0.3
+
+
 def prefetch_next(compute: Callable[[int], object], step: int, last_step: int) -> None:
-    """Warm the cache for step + 1 in the background (`compute` must be cached, e.g. with
-    st.cache_data, and must not touch Streamlit elements)."""
+    """Warm the cache for step + 1 in the background, PREFETCH_DELAY_S from now (`compute` must
+    be cached, e.g. with st.cache_data, and must not touch Streamlit elements)."""
     if step < last_step:
-        threading.Thread(target=compute, args=(step + 1,),
-                         name=f"prefetch-step-{step + 1}").start()
+        timer = threading.Timer(PREFETCH_DELAY_S, compute, args=(step + 1,))
+        timer.name = f"prefetch-step-{step + 1}"
+        # Not a daemon (a thread inherits its creator's flag, and script threads are daemons):
+        # at exit Python waits for it, instead of killing it inside a torch or Triton call.
+        timer.daemon = False
+        timer.start()
