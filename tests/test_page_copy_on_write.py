@@ -33,8 +33,8 @@ def test_step_back_reset_follow_the_engine(open_page) -> None:
     at.button(key="step_forward").click().run()
     assert metrics(at) == expected(frames[1])
     # The copy is on screen: the shared source block and the three copies are outlined.
-    outlined = [s for s in pool_figure(at)["layout"]["shapes"]
-                if s.get("line", {}).get("color") == HIGHLIGHT_COLOR]
+    tiles = next(t for t in pool_figure(at)["data"] if t.get("name") == "tiles")
+    outlined = [c for c in tiles["marker"]["line"]["color"] if c == HIGHLIGHT_COLOR]
     assert len(outlined) == 4
     assert any("copy-on-write copies it to block(s) **2, 3, 4**" in m.value for m in at.markdown)
     assert any(m.value.startswith(":green-badge[") for m in at.markdown)

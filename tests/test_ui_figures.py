@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 import pytest
 
 from lab import beams, fragmentation, prefix_scenario
-from lab.figures.blocks import block_table_figure, pool_grid, token_strip
+from lab.figures.blocks import HIGHLIGHT_COLOR, block_table_figure, pool_grid, token_strip
 from lab.figures.common import STEP_LINE
 from lab.figures.cow import memory_figure
 from lab.figures.fragmentation import memory_maps, sweep_figure, timeline
@@ -95,14 +95,16 @@ def test_pool_grid_labels_every_block_and_highlights(frame) -> None:
     table = frame.snapshot.sequences[0].block_table
     fig = pool_grid(frame.snapshot, frame.seq_names, highlight=table[:1],
                     highlight_labels={table[0]: "L0"})
-    texts = fig.data[0].text
+    traces = {t.name: t for t in fig.data}
+    texts = traces["labels"].text
     assert len(texts) == PARAMS.num_blocks
     assert "L0" in texts[table[0]] and "A" in texts[table[0]]
-    thick = [s for s in fig.layout.shapes if s.line.width == 4]
-    assert len(thick) == 1
-    used = sum(b.state == "used" for b in frame.snapshot.blocks)
-    bars = [s for s in fig.layout.shapes if s.line.width == 0]
-    assert len(bars) == used  # one fill bar per used block
+    tiles = traces["tiles"]
+    assert len(tiles.y) == PARAMS.num_blocks
+    assert list(tiles.marker.line.width).count(4) == 1  # the highlighted block
+    assert tiles.marker.line.color[table[0]] == HIGHLIGHT_COLOR
+    used = sum(b.state == "used" and b.filled > 0 for b in frame.snapshot.blocks)
+    assert len(traces["filled slots"].x) == used  # one fill bar per block holding tokens
 
 
 def test_classroom_scaling_leaves_the_original(frame) -> None:
@@ -111,3 +113,12 @@ def test_classroom_scaling_leaves_the_original(frame) -> None:
     assert big.layout.font.size == 2 * fig.layout.font.size
     assert big.layout.height == int(1.5 * fig.layout.height)
     assert fig.layout.font.size == 15
+
+
+def test_memory_map_rows_cover_the_whole_pool(page_figures) -> None:
+    cfg = fragmentation.FragConfig()
+    (bars,) = page_figures["memory_maps"].data  # one bar per segment, both rows
+    for row in (0, 1):  # paged, contiguous: used, reserved or empty, and holes fill the pool
+        spans = sorted((b, b + w) for y, b, w in zip(bars.y, bars.base, bars.x) if y == row)
+        assert spans[0][0] == 0 and spans[-1][1] == cfg.capacity
+        assert all(end == start for (_, end), (start, _) in zip(spans, spans[1:]))

@@ -84,7 +84,9 @@ def token_strip(snapshot: Snapshot, names: Mapping[int, str] | None = None,
     bs = snapshot.block_size
     colors = sequence_colors(snapshot)
     width = max((len(s.block_table) * bs for s in snapshot.sequences), default=bs)
-    traces, shapes, annotations = [], [], []
+    traces, annotations = [], []
+    outline_x: list[float | None] = []  # every logical block's outline, as one line trace
+    outline_y: list[float | None] = []
     rows = [_label(names, s.seq_id) for s in snapshot.sequences]
     for index, seq in enumerate(snapshot.sequences):
         row = rows[index]
@@ -109,14 +111,19 @@ def token_strip(snapshot: Snapshot, names: Mapping[int, str] | None = None,
                            ygap=6, hovertext=[hover], hoverinfo="text"))
         blocks = range(len(seq.block_table))
         if bs > 1 and len(blocks) <= 4 * MAX_LABELLED_COLUMNS:  # outline each logical block
-            shapes += [dict(type="rect", x0=b * bs - 0.5, x1=(b + 1) * bs - 0.5,
-                            y0=index - 0.42, y1=index + 0.42, layer="above",
-                            line=dict(color="#333333", width=1.5)) for b in blocks]
+            for b in blocks:
+                x0, x1, y0, y1 = b * bs - 0.5, (b + 1) * bs - 0.5, index - 0.42, index + 0.42
+                outline_x += [x0, x1, x1, x0, x0, None]
+                outline_y += [y0, y0, y1, y1, y0, None]
         if bs > 1 and len(blocks) <= MAX_LABELLED_COLUMNS:  # L0, L1, ... when they fit
             annotations += [dict(x=b * bs + (bs - 1) / 2, y=index, text=f"L{b}",
                                  showarrow=False, bgcolor="rgba(255,255,255,0.8)",
                                  font=dict(size=FONT_SIZE - 2, color="#111111")) for b in blocks]
-    layout = dict(shapes=shapes, annotations=annotations,
+    if outline_x:  # a line trace, not layout shapes: plotly.js draws each shape on its own
+        traces.append(dict(type="scatter", x=outline_x, y=outline_y, mode="lines",
+                           line=dict(color="#333333", width=1.5), hoverinfo="skip",
+                           name="logical blocks"))
+    layout = dict(annotations=annotations,
                   xaxis=dict(title=dict(text="token position (logical order)"),
                              range=[-0.5, width - 0.5], showgrid=False, zeroline=False),
                   yaxis=_row_axis(rows), margin=_row_margin(rows))
@@ -173,7 +180,9 @@ def pool_grid(snapshot: Snapshot, names: Mapping[int, str] | None = None, *,
     cols = columns or min(n, 12 if n <= 96 else 16)
     rows = math.ceil(n / cols)
     colors = sequence_colors(snapshot)
-    shapes, xs, ys, texts, hovers = [], [], [], [], []
+    tiles = dict(y=[], base=[], face=[], edge=[], width=[])  # one per physical block
+    fills = dict(y=[], base=[], x=[], color=[])  # one per block holding tokens
+    xs, ys, texts, hovers = [], [], [], []
     marked = set(highlight)
     for block in snapshot.blocks:
         r, c = divmod(block.block_id, cols)
@@ -184,23 +193,35 @@ def pool_grid(snapshot: Snapshot, names: Mapping[int, str] | None = None, *,
             face = lighten(color, 0.7)
         else:
             color, face = EDGE_COLOR, CACHED_COLOR if block.state == "cached" else FREE_COLOR
-        edge = dict(color=HIGHLIGHT_COLOR, width=4) if block.block_id in marked else dict(
-            color=EDGE_COLOR, width=1)
-        shapes.append(dict(type="rect", x0=x0 + 0.05, x1=x0 + 0.95, y0=y0 + 0.05, y1=y0 + 0.95,
-                           fillcolor=face, line=edge, layer="below"))
+        tiles["y"].append(y0 + 0.5)
+        tiles["base"].append(x0 + 0.05)
+        tiles["face"].append(face)
+        tiles["edge"].append(HIGHLIGHT_COLOR if block.block_id in marked else EDGE_COLOR)
+        tiles["width"].append(4 if block.block_id in marked else 1)
         if block.state == "used" and block.filled:
-            fill = 0.9 * block.filled / bs
-            shapes.append(dict(type="rect", x0=x0 + 0.05, x1=x0 + 0.05 + fill, y0=y0 + 0.05,
-                               y1=y0 + 0.3, fillcolor=color, line=dict(width=0), layer="below"))
+            fills["y"].append(y0 + 0.175)
+            fills["base"].append(x0 + 0.05)
+            fills["x"].append(0.9 * block.filled / bs)
+            fills["color"].append(color)
         xs.append(x0 + 0.5)
         ys.append(y0 + 0.62)
         texts.append(_tile_text(block, names, highlight_labels))
         hovers.append(_tile_hover(block, owners, bs))
-    labels = dict(type="scatter", x=xs, y=ys, mode="text", text=texts, hovertext=hovers,
-                  hoverinfo="text", textfont=dict(size=FONT_SIZE - 1))
-    layout = dict(shapes=shapes, xaxis=dict(range=[0, cols], visible=False, fixedrange=True),
+    # Tiles and fill bars are horizontal bars (one trace each), not layout shapes: plotly.js
+    # lays out and draws every shape on its own, which cost ~100 ms a step for a 64-block pool.
+    traces = [
+        dict(type="bar", orientation="h", y=tiles["y"], base=tiles["base"],
+             x=[0.9] * len(tiles["y"]), width=0.9, hoverinfo="skip", name="tiles",
+             marker=dict(color=tiles["face"], line=dict(color=tiles["edge"], width=tiles["width"]))),
+        dict(type="bar", orientation="h", y=fills["y"], base=fills["base"], x=fills["x"],
+             width=0.25, hoverinfo="skip", name="filled slots",
+             marker=dict(color=fills["color"], line=dict(width=0))),
+        dict(type="scatter", x=xs, y=ys, mode="text", text=texts, hovertext=hovers,
+             hoverinfo="text", textfont=dict(size=FONT_SIZE - 1), name="labels"),
+    ]
+    layout = dict(barmode="overlay", xaxis=dict(range=[0, cols], visible=False, fixedrange=True),
                   yaxis=dict(range=[0, rows], visible=False, fixedrange=True))
-    return base_figure([labels], layout, title, 90 + 64 * rows)
+    return base_figure(traces, layout, title, 90 + 64 * rows)
 
 
 def _tile_text(block, names: Mapping[int, str] | None,

@@ -26,11 +26,12 @@ def request_color(req_id: int) -> str:
     return PALETTE[req_id % len(PALETTE)]
 
 
-def _segment(shapes: list, hover: list, row: int, x0: int, x1: int, color: str, text: str,
+def _segment(segments: dict[str, list], row: int, x0: int, x1: int, color: str, text: str,
              line: str = EDGE_COLOR) -> None:
-    shapes.append(dict(type="rect", x0=x0, x1=x1, y0=row - 0.38, y1=row + 0.38,
-                       fillcolor=color, line=dict(color=line, width=0.6), layer="below"))
-    hover.append((row, (x0 + x1) / 2, text))
+    """One stretch of slots on a row of the map, as one bar of the map's bar trace."""
+    for key, value in (("y", row), ("base", x0), ("x", x1 - x0), ("color", color),
+                       ("line", line), ("hover", text)):
+        segments[key].append(value)
 
 
 def memory_maps(frame: FragFrame, capacity: int, block_size: int) -> go.Figure:
@@ -41,42 +42,44 @@ def memory_maps(frame: FragFrame, capacity: int, block_size: int) -> go.Figure:
     request that must be placed next are red: external fragmentation.
     """
     external_threshold = frame.next_reservation
-    shapes: list[dict] = []
-    hover: list[tuple[int, float, str]] = []
+    segments: dict[str, list] = {k: [] for k in ("y", "base", "x", "color", "line", "hover")}
     labels: list[dict] = []
     for r in frame.regions:
         color = request_color(r.req_id)
-        _segment(shapes, hover, 1, r.start, r.start + r.used, color,
+        _segment(segments, 1, r.start, r.start + r.used, color,
                  f"R{r.req_id}: {r.used} tokens stored")
-        _segment(shapes, hover, 1, r.start + r.used, r.start + r.reserved, lighten(color, 0.75),
+        _segment(segments, 1, r.start + r.used, r.start + r.reserved, lighten(color, 0.75),
                  f"R{r.req_id}: {r.reserved - r.used} slots reserved, unused")
         if r.reserved >= MIN_LABEL_SLOTS:
             labels.append(dict(x=r.start + r.reserved / 2, y=1, text=f"R{r.req_id}"))
     for start, size in frame.holes:
         external = size < external_threshold
         why = f": too small for the next request ({external_threshold} slots)" if external else ""
-        _segment(shapes, hover, 1, start, start + size, EXTERNAL_COLOR if external else FREE_COLOR,
+        _segment(segments, 1, start, start + size, EXTERNAL_COLOR if external else FREE_COLOR,
                  f"hole of {size} free slots{why}")
     request_of = {seq: req for req, seq in frame.seq_of_request.items()}
     for block in frame.snapshot.blocks:
         x0 = block.block_id * block_size
         if block.state != "used":
-            _segment(shapes, hover, 0, x0, x0 + block_size, FREE_COLOR,
+            _segment(segments, 0, x0, x0 + block_size, FREE_COLOR,
                      f"block {block.block_id}: free")
             continue
         req = request_of[block.owners[0]]
         color = request_color(req)
-        _segment(shapes, hover, 0, x0, x0 + block.filled, color,
+        _segment(segments, 0, x0, x0 + block.filled, color,
                  f"block {block.block_id} of R{req}: {block.filled}/{block_size} slots filled")
         if block.filled < block_size:
-            _segment(shapes, hover, 0, x0 + block.filled, x0 + block_size,
+            _segment(segments, 0, x0 + block.filled, x0 + block_size,
                      lighten(color, 0.75), f"block {block.block_id} of R{req}: "
                      f"{block_size - block.filled} empty tail slots")
-    traces = [dict(type="scatter", x=[h[1] for h in hover], y=[h[0] for h in hover],
-                   mode="markers", marker=dict(size=18, opacity=0),
-                   hovertext=[h[2] for h in hover], hoverinfo="text")]
+    # Segments are bars of one horizontal bar trace, not layout shapes: plotly.js lays out and
+    # draws each shape on its own, and a map has a hundred or more.
+    traces = [dict(type="bar", orientation="h", y=segments["y"], base=segments["base"],
+                   x=segments["x"], width=0.76, hovertext=segments["hover"], hoverinfo="text",
+                   marker=dict(color=segments["color"],
+                               line=dict(color=segments["line"], width=0.6)))]
     layout = dict(
-        shapes=shapes, margin=dict(l=label_margin(ROW_NAMES), r=20, t=50, b=45),
+        barmode="overlay", margin=dict(l=label_margin(ROW_NAMES), r=20, t=50, b=45),
         annotations=[dict(a, showarrow=False, font=dict(size=FONT_SIZE - 1, color="#111111"),
                           bgcolor="rgba(255,255,255,0.7)") for a in labels],
         xaxis=dict(title=dict(text="slot address (each slot holds one token's K and V)"),
