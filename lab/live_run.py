@@ -4,10 +4,13 @@ The figures of an animated page come from a fast allocator-only run of its scena
 kernel check needs the real pool at the shown step, so a `LiveRun` holds one scenario built with
 `store_kv=True`: moving forward runs only the new steps; moving back rebuilds it from the seed
 (scenarios are deterministic, so the rebuilt pool is the same). Checks are kept per step.
+A lock makes `check` safe to call from a background thread (a page computing the next step's
+check while the learner reads this one): a second caller waits, then reads the kept check.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable
 from typing import Protocol
 
@@ -29,6 +32,7 @@ class LiveRun:
         self.scenario = make()
         self.rebuilds = 0
         self._checks: dict[int, AttentionCheck | None] = {}
+        self._lock = threading.Lock()
 
     def at(self, step: int) -> Scenario:
         """The scenario after `step` (steps start at 0)."""
@@ -43,6 +47,7 @@ class LiveRun:
 
     def check(self, step: int) -> AttentionCheck | None:
         """The paged-attention kernel vs dense attention at `step` (None: nothing running)."""
-        if step not in self._checks:
-            self._checks[step] = self.at(step).check_attention()
-        return self._checks[step]
+        with self._lock:
+            if step not in self._checks:
+                self._checks[step] = self.at(step).check_attention()
+            return self._checks[step]

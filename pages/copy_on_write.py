@@ -67,8 +67,9 @@ def show_step(step: int) -> None:
     m4.metric("Block copies so far", frame.copies,
               help="Copy-on-write copies: one block each time a branch wrote into a shared, "
                    "partly filled block.")
-    live_badge("cow_live", (cfg, seed()), lambda: BranchScenario(cfg, seed(), store_kv=True), step,
-               idle="Every branch has ended: no attention to check.")
+    run_seed = seed()  # read here: the next step's check runs in a thread without session state
+    live_badge("cow_live", (cfg, run_seed), lambda: BranchScenario(cfg, run_seed, store_kv=True),
+               step, len(frames) - 1, idle="Every branch has ended: no attention to check.")
 
     copied = sorted({b for e in frame.events if e.kind == "copy"
                      for b in (e.detail["src"], e.detail["dst"])})

@@ -73,8 +73,9 @@ def show_step(step: int) -> None:
               help="Internal + external fragmentation, as a share of the pool.")
     m4.metric("Wasted: paged", f"{wasted_p}%", delta=f"{wasted_p - wasted_c:+d} points",
               delta_color="inverse" if wasted_p != wasted_c else "off")
-    live_badge("frag_live", (cfg, seed()), lambda: paged_replay(cfg, requests, seed()), step,
-               idle="The paged server runs no request at this step (it has finished them all, or "
+    run_seed = seed()  # read here: the next step's check runs in a thread without session state
+    live_badge("frag_live", (cfg, run_seed), lambda: paged_replay(cfg, requests, run_seed), step,
+               len(frames) - 1, idle="The paged server runs no request at this step (it has finished them all, or "
                     "none has arrived): no attention to check on its pool.")
 
     show_figure(memory_maps(frame, cfg.capacity, block_size), key="frag_map",

@@ -66,8 +66,9 @@ def show_step(step: int) -> None:
               help="Free blocks that still hold a full block's K/V and its hash: a later request "
                    "with the same prefix takes them back without recomputing.")
     m4.metric("Evictions so far", frame.evictions)
-    live_badge("prefix_live", (cfg, seed()), lambda: PrefixScenario(cfg, seed(), store_kv=True),
-               step)
+    run_seed = seed()  # read here: the next step's check runs in a thread without session state
+    live_badge("prefix_live", (cfg, run_seed),
+               lambda: PrefixScenario(cfg, run_seed, store_kv=True), step, len(frames) - 1)
 
     marked = sorted({link.block_id for a in frame.admissions for link in a.chain
                      if link.status == "hit"}

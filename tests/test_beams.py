@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import threading
 
 import pytest
 import torch
@@ -106,6 +107,27 @@ def test_live_run_steps_forward_and_rebuilds_to_go_back():
     assert check is not None and check.ok and live.check(1) is check  # kept per step
     with pytest.raises(ValueError):
         live.at(-1)
+
+
+def test_live_run_checks_from_two_threads_run_once():
+    """A page's background prefetch and its script may ask for the same step's check at once."""
+    cfg = BranchConfig(num_branches=2, prompt_len=6, max_new_tokens=4, block_size=4,
+                       num_blocks=8)
+    made = []
+
+    def make():
+        made.append(1)
+        return BranchScenario(cfg, 0, store_kv=True)
+
+    live = LiveRun((cfg, 0), make)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(live.check(3))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results[0] is results[1] and results[0].ok  # one check, kept
+    assert len(made) == 1 and live.at(3).step == 3  # no rebuild: the second caller waited
 
 
 def test_describe_names_the_copy_and_the_branch_that_keeps_the_block():

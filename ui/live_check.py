@@ -14,6 +14,7 @@ import streamlit as st
 from lab.attention_check import AttentionCheck
 from lab.live_run import LiveRun, Scenario
 from ui.attention_check import attention_badge
+from ui.step_controls import prefetch_next
 
 
 def live_check(key: str, params: Hashable, make: Callable[[], Scenario],
@@ -27,10 +28,13 @@ def live_check(key: str, params: Hashable, make: Callable[[], Scenario],
 
 
 def live_badge(key: str, params: Hashable, make: Callable[[], Scenario], step: int,
+               last_step: int,
                idle: str = "No sequence is running at this step: no attention to check.") -> None:
-    """The shared kernel-vs-dense badge for `step`, or a caption when nothing runs."""
+    """The shared kernel-vs-dense badge for `step`, or a caption when nothing runs; then the
+    next step's check is computed in the background (the learner's next Step only reads it)."""
     check = live_check(key, params, make, step)
     if check is None:
         st.caption(idle)
     else:
         attention_badge(check)
+    prefetch_next(st.session_state[key].check, step, last_step)
