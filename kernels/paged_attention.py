@@ -205,15 +205,15 @@ def choose_num_splits(shapes: AttentionShapes, programs: int, device: torch.devi
 
 
 def whole_batch_keys(seq_lens: torch.Tensor, query_start_loc: torch.Tensor, block_q: int
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                     ) -> tuple[torch.Tensor, ...]:
     """Where each token and key sits when the batch's contexts are laid end to end.
 
-    Returns token_keys int64 [num_tokens, 2] (the first key of the token's sequence, and the
-    token's own key: the range it attends to), key_seq and key_pos int64 [total keys] (each
-    key's sequence and position in it), and program_keys int64 [programs, 2]: the columns
-    [first, end) that the program of tokens [p * block_q, (p + 1) * block_q) walks. The kernel
-    still finds each key's physical block through the block table; this only says which row
-    of the table to read.
+    Returns six int64 vectors: first_key and own_key [num_tokens] (the first key of the token's
+    sequence, and the token's own key: the range it attends to), key_seq and key_pos
+    [total keys] (each key's sequence and position in it), and program_lo, program_end
+    [programs]: the columns [lo, end) that the program of tokens [p * block_q, (p + 1) * block_q)
+    walks. The kernel still finds each key's physical block through the block table; this only
+    says which row of the table to read.
     """
     seq_lens = seq_lens.long()
     key_start = torch.cumsum(seq_lens, 0) - seq_lens  # [num_seqs]
@@ -223,14 +223,13 @@ def whole_batch_keys(seq_lens: torch.Tensor, query_start_loc: torch.Tensor, bloc
     token_index = torch.arange(len(token_seq), device=seq_lens.device)
     # A token's key: its sequence's end, less the new tokens after it.
     after = query_start_loc[1:].long()[token_seq] - token_index  # [num_tokens] counting itself
-    own_key = (key_start + seq_lens)[token_seq] - after
-    token_keys = torch.stack([key_start[token_seq], own_key], 1)  # [num_tokens, 2]
+    own_key = (key_start + seq_lens)[token_seq] - after  # [num_tokens]
+    first_key = key_start[token_seq]  # [num_tokens]
     key_seq = torch.repeat_interleave(seq_ids, seq_lens)  # [total keys]
     key_pos = torch.arange(len(key_seq), device=seq_lens.device) - key_start[key_seq]
     first = torch.arange(0, len(token_seq), block_q, device=seq_lens.device)  # [programs]
     last = (first + block_q).clamp(max=len(token_seq)) - 1  # tokens are in sequence order
-    program_keys = torch.stack([token_keys[first, 0], token_keys[last, 1] + 1], 1)
-    return token_keys.contiguous(), key_seq, key_pos, program_keys
+    return first_key, own_key, key_seq, key_pos, first_key[first], own_key[last] + 1
 
 
 def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cache: torch.Tensor,
@@ -274,11 +273,7 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
     dot_f32 = not query.is_cuda and query.dtype == torch.bfloat16
     if whole_batch:
         num_splits, grid = 1, (q_tiles, 1, 1)
-        token_keys, key_seq, key_pos, program_keys = whole_batch_keys(seq_lens, query_start_loc,
-                                                                      block_q)
-        # first and own key of each token, keys' sequence and position, programs' columns
-        layout = (token_keys[:, 0].contiguous(), token_keys[:, 1].contiguous(), key_seq, key_pos,
-                  program_keys[:, 0].contiguous(), program_keys[:, 1].contiguous())
+        layout = whole_batch_keys(seq_lens, query_start_loc, block_q)
     else:
         if num_splits is None:
             num_splits = choose_num_splits(

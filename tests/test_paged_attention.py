@@ -216,11 +216,12 @@ def test_whole_batch_keys_lay_contexts_end_to_end() -> None:
     """Sequence 0: 3 keys, its last one new; sequence 1: 2 keys, both new."""
     seq_lens = torch.tensor([3, 2], dtype=torch.int32)
     query_start_loc = torch.tensor([0, 1, 3], dtype=torch.int32)
-    token_keys, key_seq, key_pos, program_keys = whole_batch_keys(seq_lens, query_start_loc, 2)
-    assert token_keys.tolist() == [[0, 2], [3, 3], [3, 4]]
+    first_key, own_key, key_seq, key_pos, program_lo, program_end = whole_batch_keys(
+        seq_lens, query_start_loc, 2)
+    assert first_key.tolist() == [0, 3, 3] and own_key.tolist() == [2, 3, 4]
     assert key_seq.tolist() == [0, 0, 0, 1, 1]
     assert key_pos.tolist() == [0, 1, 2, 0, 1]
-    assert program_keys.tolist() == [[0, 4], [3, 5]]  # tokens 0-1, then token 2
+    assert program_lo.tolist() == [0, 3] and program_end.tolist() == [4, 5]  # tokens 0-1, 2
 
 
 def test_kernels_from_several_threads_take_turns() -> None:
