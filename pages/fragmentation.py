@@ -75,8 +75,9 @@ def show_step(step: int) -> None:
               delta_color="inverse" if wasted_p != wasted_c else "off")
     run_seed = seed()  # read here: the next step's check runs in a thread without session state
     live_badge("frag_live", (cfg, run_seed), lambda: paged_replay(cfg, requests, run_seed), step,
-               len(frames) - 1, idle="The paged server runs no request at this step (it has finished them all, or "
-                    "none has arrived): no attention to check on its pool.")
+               len(frames) - 1,
+               idle="The paged server runs no request at this step (it has finished them all, "
+                    "or none has arrived): no attention to check on its pool.")
 
     show_figure(memory_maps(frame, cfg.capacity, block_size), key="frag_map",
                 file_name="memory_maps")

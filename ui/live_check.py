@@ -17,12 +17,18 @@ from ui.attention_check import attention_badge
 from ui.step_controls import prefetch_next
 
 
-def live_check(key: str, params: Hashable, make: Callable[[], Scenario],
-               step: int) -> AttentionCheck | None:
-    """Run the page's scenario on the real pool up to `step`, then the kernel check."""
+def live_run(key: str, params: Hashable, make: Callable[[], Scenario]) -> LiveRun:
+    """This user's scenario on the real pool, kept in session state (rebuilt for new params)."""
     live = st.session_state.get(key)
     if not isinstance(live, LiveRun) or live.key != params:
         live = st.session_state[key] = LiveRun(params, make)
+    return live
+
+
+def live_check(key: str, params: Hashable, make: Callable[[], Scenario],
+               step: int) -> AttentionCheck | None:
+    """Run the page's scenario on the real pool up to `step`, then the kernel check."""
+    live = live_run(key, params, make)
     with st.spinner("Running the paged-attention kernel on the real KV pool…"):
         return live.check(step)
 
@@ -37,4 +43,4 @@ def live_badge(key: str, params: Hashable, make: Callable[[], Scenario], step: i
         st.caption(idle)
     else:
         attention_badge(check)
-    prefetch_next(st.session_state[key].check, step, last_step)
+    prefetch_next(live_run(key, params, make).check, step, last_step)
