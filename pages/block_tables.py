@@ -8,7 +8,7 @@ from lab.walkthrough import (blocks_held, describe_step, final_tail_slots, last_
                              walk_requests)
 from ui.attention_check import attention_badge
 from ui.export import export_trace
-from ui.layout import explain, settings, show_figure
+from ui.layout import bullets, explain, settings, show_figure
 from ui.predict import predict
 from ui.scenario import cached
 from ui.sidebar import sidebar
@@ -47,8 +47,7 @@ last = last_step(params, seed())
 
 def show_step(step: int) -> None:
     frame = frame_at(params, seed(), step)
-    for line in describe_step(frame, block_size):
-        st.markdown(f"- {line}")
+    bullets(describe_step(frame, block_size))
 
     usage = frame.snapshot.usage
     live = len(frame.snapshot.sequences)
@@ -61,8 +60,9 @@ def show_step(step: int) -> None:
     c4.metric("Tail bound", f"< {live * block_size}" if live else "—",
               help=f"Unused tail slots stay below one block per sequence: {live} sequence(s) × "
                    f"{block_size} slots.")
-    if frame.check is not None:
-        attention_badge(frame.check)
+    with st.container():  # one block whether or not there is a badge: later ones stay put
+        if frame.check is not None:
+            attention_badge(frame.check)
 
     names = frame.seq_names
     show_figure(token_strip(frame.snapshot, names), key="strip", file_name="token_strip")

@@ -6,7 +6,7 @@ from lab.beams import BranchConfig, BranchScenario, branch_name, describe, run, 
 from lab.figures.blocks import block_table_figure, legend_markdown, pool_grid
 from lab.figures.cow import memory_figure
 from ui.export import export_trace
-from ui.layout import explain, settings, show_figure
+from ui.layout import bullets, explain, settings, show_figure
 from ui.live_check import live_badge
 from ui.predict import predict
 from ui.scenario import cached, or_stop
@@ -51,9 +51,8 @@ frames = cached(run)(cfg, seed())
 def show_step(step: int) -> None:
     frame = frames[step]
     names = {s.seq_id: branch_name(s.seq_id) for s in frame.snapshot.sequences}
-    for line in describe(frame, mode) or ["Nothing is allocated, copied or freed at this step: "
-                                          "every branch writes into its own block."]:
-        st.markdown(f"- {line}")
+    bullets(describe(frame, mode) or ["Nothing is allocated, copied or freed at this step: "
+                                      "every branch writes into its own block."])
 
     shared = sum(b.ref_count > 1 for b in frame.snapshot.blocks)
     m1, m2, m3, m4 = st.columns(4)

@@ -7,7 +7,7 @@ from lab.figures.prefix import cache_over_time, hash_chain
 from lab.prefix_scenario import (PrefixConfig, PrefixScenario, app_name, describe, run,
                                  trace_json)
 from ui.export import export_trace
-from ui.layout import explain, settings, show_figure
+from ui.layout import bullets, explain, settings, show_figure
 from ui.live_check import live_badge
 from ui.predict import predict
 from ui.scenario import cached, or_stop
@@ -52,9 +52,8 @@ frames = cached(run)(cfg, seed())
 def show_step(step: int) -> None:
     frame = frames[step]
     names = {seq: f"R{req}" for req, seq in frame.seq_of_request.items()}
-    for line in describe(frame) or ["Every running request decodes one token; nothing is "
-                                    "admitted, evicted or finished."]:
-        st.markdown(f"- {line}")
+    bullets(describe(frame) or ["Every running request decodes one token; nothing is "
+                                "admitted, evicted or finished."])
 
     usage = frame.snapshot.usage
     m1, m2, m3, m4 = st.columns(4)
@@ -82,13 +81,14 @@ def show_step(step: int) -> None:
 
     shown = frame.admissions[0] if frame.admissions else next(
         (f.admissions[0] for f in reversed(frames[:step]) if f.admissions), None)
-    if shown is not None:
-        show_figure(hash_chain(shown), key="prefix_chain", file_name="hash_chain")
-        st.caption("Each hash covers its block's tokens and, through its parent's hash, every "
-                   "token before them. **hit**: found, not prefilled. **miss**: looked up, not "
-                   "found, prefilled, then cached. **last**: full but holds the last prompt token, "
-                   "so never looked up (prefilled, then cached for later). **partial**: not full, "
-                   "no hash.")
+    with st.container():  # one block with or without a chain: later ones stay put
+        if shown is not None:
+            show_figure(hash_chain(shown), key="prefix_chain", file_name="hash_chain")
+            st.caption("Each hash covers its block's tokens and, through its parent's hash, "
+                       "every token before them. **hit**: found, not prefilled. **miss**: looked "
+                       "up, not found, prefilled, then cached. **last**: full but holds the last "
+                       "prompt token, so never looked up (prefilled, then cached for later). "
+                       "**partial**: not full, no hash.")
     explain(
         "**Why only full blocks?** A block's hash names exactly its tokens after exactly this "
         "prefix. A partial block will still receive tokens, different for every request, so it "

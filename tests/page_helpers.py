@@ -1,6 +1,9 @@
-"""What the page tests read off an AppTest run: metrics, and the sidebar's shareable link."""
+"""What the page tests read off an AppTest run: metrics, figures, and the sidebar's shareable
+link."""
 
 from __future__ import annotations
+
+import json
 
 from streamlit.testing.v1 import AppTest
 
@@ -15,3 +18,15 @@ def assert_link_keeps(at: AppTest, query: dict[str, str]) -> None:
     link = at.sidebar.get("code")[0].value
     for name, value in query.items():
         assert f"{name}={value.replace(' ', '+')}" in link
+
+
+def figures(at: AppTest) -> dict[str, dict]:
+    """The figures on the page (`ui.layout.show_figure`), key -> the plotly JSON sent to the
+    browser, in page order."""
+    shown = {}
+    for element in at.get("bidi_component"):
+        if element.proto.component_name == "lab_figure":
+            data = json.loads(element.proto.json)
+            shown[data["key"]] = json.loads(data["figure"])
+    return shown
+

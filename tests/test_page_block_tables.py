@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
-from streamlit.testing.v1 import AppTest
-
 from lab.walkthrough import WalkParams, last_step, run_walk
-from tests.page_helpers import assert_link_keeps, metrics
+from tests.page_helpers import assert_link_keeps, figures, metrics
 
 PAGE = "pages/block_tables.py"
 
@@ -15,11 +11,6 @@ PAGE = "pages/block_tables.py"
 def engine_usage(step: int, params: WalkParams = WalkParams(), seed: int = 0):
     manager, _ = run_walk(params, seed, step, store_kv=False)
     return manager.snapshot().usage
-
-
-def figures(at: AppTest) -> list[dict]:
-    """The plotly figures on the page, as the JSON sent to the browser."""
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
 
 
 def test_step_back_reset_scrub_follow_the_engine(open_page) -> None:
@@ -64,7 +55,7 @@ def test_pool_too_small_shows_a_message(open_page) -> None:
     at = open_page(prompt_len="200", output_len="200", requests="6", num_blocks="8")
     assert not at.exception
     assert "the pool has 8" in at.error[0].value
-    assert not at.get("plotly_chart")
+    assert not figures(at)
 
 
 def test_last_step_matches_the_walk(open_page) -> None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 from streamlit.testing.v1 import AppTest
 
 from lab.beams import BranchConfig, run
 from lab.figures.blocks import HIGHLIGHT_COLOR
-from tests.page_helpers import assert_link_keeps, metrics
+from tests.page_helpers import assert_link_keeps, figures, metrics
 
 PAGE = "pages/copy_on_write.py"
 
@@ -21,8 +19,7 @@ def expected(frame) -> dict[str, str]:
 
 
 def pool_figure(at: AppTest) -> dict:
-    return next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
-                if "cow_pool" in c.proto.id)
+    return figures(at)["cow_pool"]
 
 
 def test_step_back_reset_follow_the_engine(open_page) -> None:
@@ -60,4 +57,4 @@ def test_pool_too_small_shows_a_message(open_page) -> None:
     at = open_page(branches="8", prompt_len="128", new_tokens="48", num_blocks="8")
     assert not at.exception
     assert "cannot run" in at.error[0].value and "the pool has 8" in at.error[0].value
-    assert not at.get("plotly_chart")
+    assert not figures(at)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from streamlit.testing.v1 import AppTest
 
 from lab.fragmentation import FragConfig, run
-from tests.page_helpers import assert_link_keeps, metrics
+from tests.page_helpers import assert_link_keeps, figures, metrics
 
 PAGE = "pages/fragmentation.py"
 
@@ -55,4 +55,4 @@ def test_impossible_settings_show_a_message(open_page) -> None:
     at = open_page(pool_slots="128", max_output="1000")
     assert not at.exception
     assert "cannot run" in at.error[0].value and "holds only 128" in at.error[0].value
-    assert not at.get("plotly_chart")
+    assert not figures(at)

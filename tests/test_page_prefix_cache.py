@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lab.prefix_scenario import PrefixConfig, run
-from tests.page_helpers import assert_link_keeps, metrics
+from tests.page_helpers import assert_link_keeps, figures, metrics
 
 PAGE = "pages/prefix_cache.py"
 
@@ -48,4 +48,4 @@ def test_pool_too_small_shows_a_message(open_page) -> None:
     at = open_page(num_blocks="4", system_len="64")
     assert not at.exception
     assert "cannot run" in at.error[0].value and "pool has 4" in at.error[0].value
-    assert not at.get("plotly_chart")
+    assert not figures(at)

@@ -9,6 +9,7 @@ from streamlit.testing.v1 import AppTest
 from lab.scheduler_runs import frames
 from lab.scheduler_state import SchedulerConfig
 from lab.workloads import from_preset
+from tests.page_helpers import figures
 from tests.scheduler_helpers import llama_h100
 from tests.test_vllm_metrics import CURRENT, LOG
 
@@ -107,8 +108,8 @@ def test_sweeps_run_on_request() -> None:
     query = {"sched_view": "Sweeps", "big_workload": "Alpaca-like (synthetic)",
              "big_requests": "30", "big_max_tokens": "64", "big_blocks": "64"}
     at = run_page("scheduler.py", query)
-    assert not at.exception and len(at.get("plotly_chart")) == 0
+    assert not at.exception and not figures(at)
     at.button(key="sched_sweep_bs").click().run()
     at.button(key="sched_sweep_pool").click().run()
     assert not at.exception
-    assert len(at.get("plotly_chart")) == 2  # block-size and pool-size sweeps
+    assert list(figures(at)) == ["sched_bs_fig", "sched_pool_fig"]  # the two sweeps

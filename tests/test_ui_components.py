@@ -170,3 +170,44 @@ def test_predict_then_reveal() -> None:
     at.number_input(key="q_guess").set_value(3).run()
     at.button(key="q_check").click().run()
     assert at.success[0].value.startswith("Right: **3**")
+
+
+def _figure_app() -> None:
+    import plotly.graph_objects as go
+
+    from ui.layout import show_figure
+
+    show_figure(go.Figure(go.Bar(x=[1, 2], y=[3, 4])), key="bars", file_name="bars")
+
+
+def test_figures_go_to_the_figure_view_with_plotly_js_served(tmp_path, monkeypatch) -> None:
+    from tests.page_helpers import figures
+    from ui import figure_view
+
+    served = tmp_path / "static" / "plotly.min.js"
+    monkeypatch.setattr(figure_view, "SERVED_JS", served)
+    figure_view.plotly_js_served.cache_clear()
+    try:
+        at = AppTest.from_function(_figure_app, default_timeout=TIMEOUT).run()
+        assert served.read_bytes() == figure_view.PLOTLY_JS.read_bytes()
+    finally:
+        figure_view.plotly_js_served.cache_clear()
+    assert not at.exception and not at.get("plotly_chart")
+    shown = figures(at)["bars"]
+    assert shown["data"][0]["type"] == "bar" and list(shown["data"][0]["y"]) == [3, 4]
+
+
+def test_figures_fall_back_to_plotly_chart_when_plotly_js_cannot_be_served(
+        tmp_path, monkeypatch) -> None:
+    from ui import figure_view
+
+    blocker = tmp_path / "static"
+    blocker.write_text("a file where the folder should be")  # the copy fails with an OSError
+    monkeypatch.setattr(figure_view, "SERVED_JS", blocker / "plotly.min.js")
+    figure_view.plotly_js_served.cache_clear()
+    try:
+        at = AppTest.from_function(_figure_app, default_timeout=TIMEOUT).run()
+    finally:
+        figure_view.plotly_js_served.cache_clear()
+    assert not at.exception and not at.get("bidi_component")
+    assert len(at.get("plotly_chart")) == 1  # the same figure, drawn by st.plotly_chart

@@ -6,7 +6,8 @@
 - `ui.step_controls.step_controls(last_step)`: Reset / Back / Step / Play / speed / scrubber;
   returns the step to show; pair it with a cached `replay(params, seed, step)`.
   `prefetch_next(...)` computes the next step in the background.
-- `ui.layout`: `explain(md)`, `settings()`, `show_figure(fig, key)` (classroom-aware).
+- `ui.layout`: `explain(md)`, `bullets(lines)`, `settings()`, `show_figure(fig, key)`
+  (classroom-aware; drawn by `ui.figure_view`, which redraws a key's plot in place).
 - `ui.scenario`: `or_stop(build)` (a bad combination of settings: message, stop),
   `cached(replay)` (an engine replay cached per its arguments, e.g. (cfg, seed)).
 - `ui.walk_settings`: the walkthrough's settings row and its fit check (block tables,

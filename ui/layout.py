@@ -1,10 +1,11 @@
 """Layout helpers that adapt a page to classroom mode.
 
 * `explain(md)`: explanatory text; shown normally, collapsed into an expander in classroom mode.
+* `bullets(lines)`: a step's list of what happened, as one element.
 * `settings()`: a container for a page's parameter widgets; collapsed in classroom mode so only
   the step controls stay in view.
-* `show_figure(fig, key)`: draws a plotly figure, larger in classroom mode, with the toolbar's
-  "download as PNG" button.
+* `show_figure(fig, key)`: draws a plotly figure (through `ui.figure_view`, which redraws a
+  key's plot in place), larger in classroom mode, with the toolbar's "download as PNG" button.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
+from ui.figure_view import draw_figure
 from ui.state import is_classroom
 
 CLASSROOM_FONT_SCALE = 1.45
@@ -29,6 +31,13 @@ def explain(md: str, *, title: str = "Explanation") -> None:
         st.markdown(md)
 
 
+def bullets(lines: list[str]) -> None:
+    """A bulleted list in one markdown element. A step's list grows and shrinks; as one element
+    it keeps the page's later elements where they were, so the browser updates them in place
+    (Streamlit remounts a block, e.g. columns, whose position in the page moved)."""
+    st.markdown("\n".join(f"- {line}" for line in lines))
+
+
 def settings(title: str = "Settings") -> Any:
     """Where a page puts its parameter widgets: `with settings(): ...`."""
     if is_classroom():
@@ -40,9 +49,10 @@ def show_figure(fig: go.Figure, key: str, *, file_name: str | None = None) -> No
     """Draw a figure; in classroom mode scale its fonts and height for a projector."""
     if is_classroom():
         fig = _scaled(fig, CLASSROOM_FONT_SCALE, CLASSROOM_HEIGHT_SCALE)
-    config = {"displaylogo": False,
+    config = {"displaylogo": False, "showSendToCloud": False,  # nothing leaves the lab
+              "modeBarButtonsToRemove": ["select2d", "lasso2d"],  # the figures select nothing
               "toImageButtonOptions": {"format": "png", "filename": file_name or key, "scale": 2}}
-    st.plotly_chart(fig, key=key, config=config, theme=None)
+    draw_figure(fig, key, config)
 
 
 def _scaled(fig: go.Figure, font_scale: float, height_scale: float) -> go.Figure:

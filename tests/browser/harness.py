@@ -28,9 +28,11 @@ SETTLE_TIMEOUT_MS = 60_000
 
 # While a script run is in progress the app root says so (the "Running" status widget may
 # only appear after a delay); elements from before the run carry data-stale until redrawn, and
-# elements announced but not yet drawn show as skeletons.
+# elements announced but not yet drawn show as skeletons; a figure (ui/figure_view.js) is
+# marked pending from receiving a new figure until plotly has drawn it.
 RUNNING = '[data-testid="stApp"]:not([data-test-script-state="notRunning"])'
-STALE = '[data-stale="true"], [data-testid="stMain"] [data-testid="stSkeleton"]'
+STALE = ('[data-stale="true"], [data-testid="stMain"] [data-testid="stSkeleton"], '
+         '.lab-figure[data-pending]')
 EXCEPTION = '[data-testid="stException"]'
 IDLE_JS = f"() => !document.querySelector('{RUNNING}') && !document.querySelector('{STALE}')"
 

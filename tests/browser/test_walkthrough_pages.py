@@ -55,3 +55,29 @@ def test_classroom_mode_screenshots(page, app_url: str, tmp_path: Path) -> None:
         assert exceptions(page) == []
         screenshot(page, tmp_path, path.split("?")[0] + "_classroom", full=False)
         screenshot(page, tmp_path, path.split("?")[0] + "_classroom_full")
+
+
+def test_figures_redraw_in_place(page, app_url: str) -> None:
+    """A step redraws each changed figure in its plot (ui/figure_view.js), not a new one; every
+    figure is drawn by plotly.js, with the toolbar's PNG download."""
+    open_page(page, f"{app_url}/block_tables?step=2")
+    figures = page.locator(".lab-figure")
+    assert figures.count() == 3  # token strip, block table, pool grid
+    page.evaluate("() => document.querySelectorAll('.lab-figure').forEach("
+                  "(view, i) => { view.labMarker = i; })")
+    drawn = [int(figures.nth(i).get_attribute("data-drawn")) for i in range(3)]
+    click_control(page, "forward")
+    wait_settled(page)
+    assert current_step(page) == 3
+    assert page.evaluate("() => [...document.querySelectorAll('.lab-figure')]"
+                         ".map(view => view.labMarker)") == [0, 1, 2]  # the same plots
+    now = [int(figures.nth(i).get_attribute("data-drawn")) for i in range(3)]
+    assert now[0] > drawn[0] and now[2] > drawn[2]  # the strip and the pool changed
+    for i in range(3):
+        view = figures.nth(i)
+        assert view.locator("svg.main-svg").count() > 0
+        buttons = view.locator(".modebar-btn").evaluate_all(
+            "buttons => buttons.map(b => b.getAttribute('data-title'))")
+        assert "Download plot as a PNG" in buttons and "Share chart..." not in buttons
+    assert "could not be drawn" not in page.inner_text("body")
+    assert exceptions(page) == []
