@@ -27,6 +27,7 @@ def figures(at: AppTest) -> dict[str, dict]:
     for element in at.get("bidi_component"):
         if element.proto.component_name == "lab_figure":
             data = json.loads(element.proto.json)
-            shown[data["key"]] = json.loads(data["figure"])
+            shown[data["key"]] = {"data": json.loads(data["traces"]),
+                                  "layout": json.loads(data["layout"])}
     return shown
 
