@@ -3,8 +3,9 @@
 Starts `streamlit run app.py` on a free localhost port and drives Debian's Chromium (headless,
 through Playwright). For each animated page at its default sizes: click Step, then wait until
 the step slider shows the new step, Streamlit reports no script run in progress, no element is
-stale and every figure has been drawn by plotly.js (tests/browser/harness.py: IDLE_JS). "Step" times a step never seen before (the engine replays it and runs the kernel);
-"Back" times a step already seen (the replay is cached: rendering only). Clicks are --think
+stale and every figure has been drawn by plotly.js (tests/browser/harness.py: IDLE_JS). "Step"
+times a step never seen before (the engine replays it and runs the kernel); "Back" times a step
+already seen (the replay is cached: rendering only). Clicks are --think
 seconds apart, like a reader's: pages compute the next step in the background meanwhile.
 Times run on the page's own clock, from the click event on the button to the animation frame in
 which the page is seen settled; Playwright's checks before it clicks (that the button is visible

@@ -211,3 +211,14 @@ def test_figures_fall_back_to_plotly_chart_when_plotly_js_cannot_be_served(
         figure_view.plotly_js_served.cache_clear()
     assert not at.exception and not at.get("bidi_component")
     assert len(at.get("plotly_chart")) == 1  # the same figure, drawn by st.plotly_chart
+
+
+def test_cached_replays_are_shared_not_copied() -> None:
+    """A page's rerun gets the very frames already computed (st.cache_data would unpickle a
+    copy on every rerun: 37 ms for the Fragmentation page's frames)."""
+    from lab.beams import BranchConfig, run
+    from ui.scenario import cached
+
+    first = cached(run)(BranchConfig(), 0)
+    assert cached(run)(BranchConfig(), 0) is first
+    assert cached(run)(BranchConfig(), 1) is not first  # another seed, another replay

@@ -1,7 +1,7 @@
 """The step controls of every animated page: Reset, Back, Step, Play/Pause, speed and a scrubber.
 
 Contract with the page: the page owns a pure function ``replay(params, seed, step) -> state``
-that rebuilds the state at any step from the seed (cache it with ``st.cache_data``). The
+that rebuilds the state at any step from the seed (cache it: ``ui.scenario.cached``). The
 controls only decide *which* step to show, so Back and scrubbing are exact by construction::
 
     step = step_controls(last_step=state_count - 1)
@@ -137,7 +137,7 @@ PREFETCH_DELAY_S = 0.3
 
 def prefetch_next(compute: Callable[[int], object], step: int, last_step: int) -> None:
     """Warm the cache for step + 1 in the background, PREFETCH_DELAY_S from now (`compute` must
-    be cached, e.g. with st.cache_data, and must not touch Streamlit elements)."""
+    be cached, e.g. with ui.scenario.cached, and must not touch Streamlit elements)."""
     if step < last_step:
         timer = threading.Timer(PREFETCH_DELAY_S, compute, args=(step + 1,))
         timer.name = f"prefetch-step-{step + 1}"
