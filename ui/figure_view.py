@@ -17,6 +17,7 @@ figures fall back to `st.plotly_chart`: slower, the same pictures.
 
 from __future__ import annotations
 
+import filecmp
 import logging
 import os
 import shutil
@@ -25,8 +26,8 @@ from pathlib import Path
 
 import plotly
 import plotly.graph_objects as go
-from plotly.io.json import to_json_plotly
 import streamlit as st
+from plotly.io.json import to_json_plotly
 
 ROOT = Path(__file__).resolve().parents[1]  # beside app.py: where Streamlit serves ./static
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -41,7 +42,7 @@ _figure_view = st.components.v2.component(
 def plotly_js_served() -> bool:
     """Put plotly.js where Streamlit serves static files (once per process); False if we can't."""
     try:
-        if not SERVED_JS.exists() or SERVED_JS.stat().st_size != PLOTLY_JS.stat().st_size:
+        if not SERVED_JS.exists() or not filecmp.cmp(PLOTLY_JS, SERVED_JS, shallow=False):
             SERVED_JS.parent.mkdir(exist_ok=True)
             partial = SERVED_JS.with_suffix(f".{os.getpid()}.part")
             shutil.copyfile(PLOTLY_JS, partial)
