@@ -30,4 +30,3 @@ def figures(at: AppTest) -> dict[str, dict]:
             shown[data["key"]] = {"data": json.loads(data["traces"]),
                                   "layout": json.loads(data["layout"])}
     return shown
-
