@@ -4,9 +4,10 @@
   what is wrong and stop the page, instead of a traceback.
 * `cached(replay)`: the engine's replay function, cached with ``st.cache_resource`` per
   argument tuple (e.g. ``(cfg, seed)``): frames are pure functions of their arguments, so every
-  user with the same settings shares them. They are shared objects, read and never changed;
-  ``st.cache_data`` would hand each run an unpickled copy instead (37 ms per rerun for the
-  Fragmentation page's 144 frames, measured).
+  user with the same settings shares them: frames are frozen dataclasses, shared and never
+  changed (DESIGN: ``st.cache_resource`` for immutable, shared things). ``st.cache_data`` would
+  hand each run an unpickled copy instead (37 ms per rerun for the Fragmentation page's 144
+  frames, measured).
 """
 
 from __future__ import annotations
