@@ -55,7 +55,7 @@ export default function (component) {
     parentElement.appendChild(view);
   }
   if (data.traces === view.labTracesJson && data.layout === view.labLayoutJson &&
-      JSON.stringify(data.config) === view.labConfigJson) {
+      JSON.stringify(data.config) === view.labConfigJson && !view.dataset.failed) {
     return view.labCleanup; // the same figure again: nothing to redraw
   }
   view.labLayoutJson = data.layout;
@@ -77,6 +77,11 @@ export default function (component) {
       const next = view.labNext;
       if (!next) return null; // a later call already drew the newest figure
       view.labNext = null;
+      if (view.dataset.failed) { // an earlier try failed and left its message: start clean
+        Plotly.purge(view);
+        view.textContent = "";
+        delete view.dataset.failed;
+      }
       return Plotly.react(view, next.traces, next.layout, next.config).then(() => {
         view.dataset.drawn = String(Number(view.dataset.drawn ?? 0) + 1);
         if (!view.labNext) delete view.dataset.pending;
@@ -85,6 +90,7 @@ export default function (component) {
     })
     .catch((error) => {
       delete view.dataset.pending;
+      view.dataset.failed = "1";
       view.textContent = `The figure could not be drawn: ${error.message}. ` +
         "Start the app with `make run`, which serves plotly.js from ./static.";
     });

@@ -81,3 +81,20 @@ def test_figures_redraw_in_place(page, app_url: str) -> None:
         assert "Download plot as a PNG" in buttons and "Share chart..." not in buttons
     assert "could not be drawn" not in page.inner_text("body")
     assert exceptions(page) == []
+
+
+def test_a_figure_says_when_plotly_js_cannot_load(page, app_url: str) -> None:
+    """With plotly.js unreachable the figures say so (no silent blank); once it loads again,
+    the next step draws them."""
+    blocked = {"now": True}
+    page.route("**/app/static/plotly.min.js",
+               lambda route: route.abort() if blocked["now"] else route.continue_())
+    page.goto(f"{app_url}/block_tables?step=2", wait_until="domcontentloaded")
+    page.wait_for_function("() => document.querySelectorAll('.lab-figure[data-failed]').length"
+                           " === 3", timeout=60_000)
+    assert "could not be drawn" in page.locator(".lab-figure").first.inner_text()
+    blocked["now"] = False
+    click_control(page, "forward")
+    wait_settled(page)
+    assert page.locator(".lab-figure[data-failed]").count() == 0
+    assert page.locator(".lab-figure svg.main-svg").count() >= 3
