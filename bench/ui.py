@@ -52,7 +52,7 @@ CLICK_CLOCK_JS = ("() => { if (!window.labClock) { window.labClock = true; docum
 
 
 def settled_js(step: int) -> str:
-    """True (for scripts) once the slider shows `step` and the page is idle."""
+    """A JS predicate: true once the slider shows `step` and the page is idle."""
     return (f"() => Number(document.querySelector('{STEP_THUMB}')?.innerText) === {step}"
             f" && ({IDLE_JS})()")
 

@@ -25,22 +25,17 @@ def live_run(key: str, params: Hashable, make: Callable[[], Scenario]) -> LiveRu
     return live
 
 
-def live_check(key: str, params: Hashable, make: Callable[[], Scenario],
-               step: int) -> AttentionCheck | None:
-    """Run the page's scenario on the real pool up to `step`, then the kernel check."""
-    live = live_run(key, params, make)
-    with st.spinner("Running the paged-attention kernel on the real KV pool…"):
-        return live.check(step)
-
-
 def live_badge(key: str, params: Hashable, make: Callable[[], Scenario], step: int,
                last_step: int,
                idle: str = "No sequence is running at this step: no attention to check.") -> None:
-    """The shared kernel-vs-dense badge for `step`, or a caption when nothing runs; then the
-    next step's check is computed in the background (the learner's next Step only reads it)."""
-    check = live_check(key, params, make, step)
+    """Run the page's scenario on the real pool up to `step`, then show the shared
+    kernel-vs-dense badge (or a caption when nothing runs); then the next step's check is
+    computed in the background (the learner's next Step only reads it)."""
+    live = live_run(key, params, make)
+    with st.spinner("Running the paged-attention kernel on the real KV pool…"):
+        check: AttentionCheck | None = live.check(step)
     if check is None:
         st.caption(idle)
     else:
         attention_badge(check)
-    prefetch_next(live_run(key, params, make).check, step, last_step)
+    prefetch_next(live.check, step, last_step)
