@@ -20,15 +20,15 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 
 @triton.jit
 def _write_kv_kernel(key_cache_ptr, value_cache_ptr, key_ptr, value_ptr, slot_mapping_ptr,
-                     num_tokens, ROW: tl.constexpr, ROW_PAD: tl.constexpr,
-                     BLOCK_T: tl.constexpr):
+                     ROW: tl.constexpr, ROW_PAD: tl.constexpr, BLOCK_T: tl.constexpr):
     # One program writes BLOCK_T tokens. In a contiguous cache, slot s starts at element s * ROW
     # (ROW: a slot's num_kv_heads * head_dim values, or the 8-byte words they fill), and token t's
-    # K (or V) row starts at t * ROW in key (value). slot_mapping is int64 (the wrapper's copy).
+    # K (or V) row starts at t * ROW in key (value). slot_mapping is the wrapper's int64 copy,
+    # padded with -1 (skip) to whole programs, so reading it needs no mask.
     # Index arithmetic is int64 from the program id on: the interpreter checks every int32 add,
     # sub and mul for overflow (seven more ops each).
     tokens = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]  # [T, 1]
-    slots = tl.load(slot_mapping_ptr + tokens, mask=tokens < num_tokens, other=-1)  # [T, 1]
+    slots = tl.load(slot_mapping_ptr + tokens)  # [T, 1]
     cols = tl.arange(0, ROW_PAD)[None, :]  # [1, R]
     mask = (slots >= 0) & (cols < ROW)  # [T, R]: skipped tokens and padding
     dst = slots * ROW + cols  # [T, R]
@@ -130,10 +130,12 @@ def write_kv(key_cache: torch.Tensor, value_cache: torch.Tensor, key: torch.Tens
     # Tokens per program: a GPU keeps a tile near 8192 elements; the interpreter takes more.
     tile = 8192 if key_cache.is_cuda else 1 << 16
     block_t = min(triton.next_power_of_2(n), max(1, tile // row_pad))
+    programs = triton.cdiv(n, block_t)
+    slots = torch.full((programs * block_t,), -1, dtype=torch.int64, device=key_cache.device)
+    slots[:n] = slot_mapping  # [programs * BLOCK_T]
     with kernel_launch():
-        _write_kv_kernel[(triton.cdiv(n, block_t),)](
-            key_cache, value_cache, key, value, slot_mapping.to(torch.int64).contiguous(), n,
-            ROW=row, ROW_PAD=row_pad, BLOCK_T=block_t,
+        _write_kv_kernel[(programs,)](
+            key_cache, value_cache, key, value, slots, ROW=row, ROW_PAD=row_pad, BLOCK_T=block_t,
         )
 
 

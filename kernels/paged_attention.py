@@ -13,17 +13,22 @@ Two layouts of programs, the same arithmetic:
   each tile's context is split across several programs (flash-decoding); a second small kernel
   merges their partial softmax states.
 - whole batch (the interpreter, where each program and each op costs Python time): one program
-  takes a tile of the batch's tokens, from any sequences, with every head. Its columns walk the
-  batch's contexts laid end to end, each key still found through its own sequence's block table
-  row; a row only sees its own sequence's keys. A decode step is then one program, not
-  sequences x KV heads of them.
+  takes a tile of the batch's (token, query head) rows, from any sequences. The wrapper lays the
+  rows out (each row's query in its own KV head's columns) and the batch's contexts end to end,
+  saying for each key which block-table entry holds its block (its sequence's row, its logical
+  block) and its slot in that block; the kernel still reads the physical block from the table.
+  A row only sees its own sequence's keys. A decode step is then one program, not
+  sequences x KV heads of them, and the index arithmetic runs as a few torch ops on the host
+  instead of interpreted ones (~10x dearer each).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 
 import torch
+import torch.nn.functional as F
 
 import lab.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 import triton
@@ -39,8 +44,8 @@ NEG_BIG = tl.constexpr(-1.0e30)  # running-max start: finite, so masked rows nev
 def _paged_attention_kernel(
     out_ptr, query_ptr, key_cache_ptr, value_cache_ptr,
     block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
-    first_key_ptr, last_key_ptr, key_seq_ptr, key_pos_ptr, program_lo_ptr, program_end_ptr,
-    # ^ used if WHOLE_BATCH
+    first_key_ptr, last_key_ptr, key_entry_ptr, key_slot_ptr, col_offs_ptr,
+    program_lo_ptr, program_end_ptr,  # ^ used if WHOLE_BATCH (see whole_batch_layout)
     qk_scale,  # softmax scale * log2(e): the kernel works in base 2
     stride_t, stride_h,  # of query and out (both contiguous)
     stride_cb, stride_cs, stride_ch, stride_bt,
@@ -52,34 +57,31 @@ def _paged_attention_kernel(
     DOT_F32: tl.constexpr,  # float32 dots (interpreter with bf16)
     WHOLE_BATCH: tl.constexpr,
 ):
-    # Rows are (new token, query head) pairs: HEADS_PAD rows per token for the program's
-    # KV_PER_PROGRAM KV heads and their query heads. Columns of Q/K/V tiles are
-    # (KV head of the program, dim) pairs: a row's query sits in its own KV head's columns and is
-    # zero elsewhere, so one dot gives each row the scores against its own KV head.
+    # Rows are (new token, query head) pairs: BLOCK_Q * HEADS_PAD of them. Columns of Q/K/V tiles
+    # are (KV head of the program, dim) pairs: a row's query sits in its own KV head's columns and
+    # is zero elsewhere, so one dot gives each row the scores against its own KV head.
     # Per-row values are [M, 1] and per-column ones [1, W] from the start, so they broadcast
     # without reshapes (each op costs Python time in the interpreter).
     # Index arithmetic is int64 from the start: large caches overflow int32 offsets, and the
-    # interpreter checks every int32 add, sub and mul for overflow (seven more ops each).
+    # interpreter checks every int32 add, sub and mul for overflow (seven more ops each). An
+    # int32 arange needs no cast where it meets an int64 first (the op is then int64).
     pid = tl.program_id(0).to(tl.int64)
-    rows = tl.arange(0, BLOCK_Q * HEADS_PAD).to(tl.int64)[:, None]  # [M, 1]
-    in_program = rows % HEADS_PAD  # [M, 1] query head among the program's
-    wide = tl.arange(0, KV_PAD * HEAD_PAD).to(tl.int64)[None, :]  # [1, W]
-    dims = wide % HEAD_PAD  # [1, W] dim within a head
-    if WHOLE_BATCH:  # program: BLOCK_Q consecutive tokens of the batch, every head
-        split = 0
-        head = in_program  # [M, 1] query head
-        col_kv = wide // HEAD_PAD  # [1, W] KV head of each column
-        token = pid * BLOCK_Q + rows // HEADS_PAD  # [M, 1]
-        row_ok = (token < num_tokens) & (in_program < KV_PER_PROGRAM * GROUP)
-        token = tl.where(row_ok, token, 0)  # padding rows read token 0 (there is always one)
-        # Columns walk the batch's contexts laid end to end; a row sees the range of columns
-        # from its sequence's first key to its own position.
-        first_key = tl.load(first_key_ptr + token)  # [M, 1]
-        last_key = tl.load(last_key_ptr + token)  # [M, 1]
+    wide = tl.arange(0, KV_PAD * HEAD_PAD)[None, :]  # [1, W]
+    if WHOLE_BATCH:  # program: BLOCK_Q consecutive rows of the wrapper's rows (HEADS_PAD is 1)
+        rows = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)[:, None]  # [M, 1]
+        q_offs = rows * (KV_PAD * HEAD_PAD) + wide  # [M, W] also out's (both [rows, W])
+        q = tl.load(query_ptr + q_offs)  # [M, W], zero outside the row's own KV head
+        # A row sees the columns from its sequence's first key to its own.
+        first_key = tl.load(first_key_ptr + rows)  # [M, 1]
+        last_key = tl.load(last_key_ptr + rows)  # [M, 1]
         kv_lo = tl.load(program_lo_ptr + pid)  # the program's columns
         kv_end = tl.load(program_end_ptr + pid)
         kv_hi = kv_end
+        col_offs = tl.load(col_offs_ptr + wide)  # [1, W] within a slot
     else:  # program (sequence, KV head, tile of that sequence's new tokens[, split])
+        rows = tl.arange(0, BLOCK_Q * HEADS_PAD).to(tl.int64)[:, None]  # [M, 1]
+        in_program = rows % HEADS_PAD  # [M, 1] query head among the program's
+        dims = wide % HEAD_PAD  # [1, W] dim within a head
         seq = pid
         kv_first = tl.program_id(1).to(tl.int64)
         tile_split = tl.program_id(2).to(tl.int64)
@@ -102,10 +104,14 @@ def _paged_attention_kernel(
         table_row = block_tables_ptr + seq * stride_bt
         head = kv_first * GROUP + in_program  # [M, 1] query head
         col_kv = kv_first + wide // HEAD_PAD  # [1, W] KV head of each column
-    col_ok = (dims < head_dim) & (col_kv < num_kv_heads)  # [1, W]
-    q_offs = token * stride_t + head * stride_h + dims  # [M, W], also out's
-    q_mask = row_ok & col_ok & (col_kv == head // GROUP)  # [M, W]: a row's own KV head only
-    q = tl.load(query_ptr + q_offs, mask=q_mask, other=0.0)  # [M, W]
+        col_ok = (dims < head_dim) & (col_kv < num_kv_heads)  # [1, W]
+        q_offs = token * stride_t + head * stride_h + dims  # [M, W], also out's
+        q_mask = row_ok & col_ok & (col_kv == head // GROUP)  # [M, W]: a row's own KV head only
+        q = tl.load(query_ptr + q_offs, mask=q_mask, other=0.0)  # [M, W]
+        # K/V columns of padding (a KV head or dim past the real ones) read the slot's first
+        # value, so the loads need no mask: q is zero in those columns and their outputs are
+        # never stored.
+        col_offs = tl.where(col_ok, col_kv * stride_ch + dims, 0)  # [1, W] within a slot
     if DOT_F32:
         q = q.to(tl.float32)
 
@@ -114,26 +120,25 @@ def _paged_attention_kernel(
     m_i = tl.full([BLOCK_Q * HEADS_PAD, 1], NEG_BIG, tl.float32)  # running max (base 2)
     l_i = tl.full([BLOCK_Q * HEADS_PAD, 1], 0.0, tl.float32)  # running sum
     acc = tl.full([BLOCK_Q * HEADS_PAD, KV_PAD * HEAD_PAD], 0.0, tl.float32)  # [M, W]
-    # K/V columns of padding (a KV head or dim past the real ones) read the slot's first value,
-    # so the loads need no mask: q is zero in those columns and their outputs are never stored.
-    col_offs = tl.where(col_ok, col_kv * stride_ch + dims, 0)  # [1, W] within a slot
     tile = tl.arange(0, TILE_N).to(tl.int64)
     for start in range(kv_lo, kv_hi, TILE_N):
         cols = start + tile  # [N]
-        # Columns past kv_end are clamped onto the last needed one (so every read stays inside
-        # the block table and the cache) and then masked out below.
-        kept = tl.minimum(cols, kv_end - 1)
         across = cols[None, :]  # [1, N]
+        # Each key's logical block is looked up in its sequence's block table row: the physical
+        # block holding it. Columns past kv_end read a real key (the wrapper pads the whole-batch
+        # key lists by a tile; per sequence they are clamped onto the last needed key) and are
+        # masked out below, so every read stays inside the block table and the cache.
         if WHOLE_BATCH:
-            table = block_tables_ptr + tl.load(key_seq_ptr + kept) * stride_bt  # [N] its row
-            pos = tl.load(key_pos_ptr + kept)  # [N] position in its sequence
+            entry = tl.load(key_entry_ptr + cols)  # [N] its table row + its logical block
+            physical = tl.load(block_tables_ptr + entry).to(tl.int64)  # [N] physical blocks
+            slot_offs = tl.load(key_slot_ptr + cols)  # [N] its slot within the block (offset)
             visible = (across >= first_key) & (across <= last_key)  # [M, N]
         else:
-            table = table_row
-            pos = kept
+            pos = tl.minimum(cols, kv_end - 1)  # [N] position in the sequence
+            physical = tl.load(table_row + pos // block_size).to(tl.int64)  # [N]
+            slot_offs = (pos % block_size) * stride_cs
             visible = across <= last_key  # [M, N]
-        physical = tl.load(table + pos // block_size).to(tl.int64)  # [N] physical blocks
-        offs = (physical * stride_cb + (pos % block_size) * stride_cs)[:, None] + col_offs
+        offs = (physical * stride_cb + slot_offs)[:, None] + col_offs  # [N, W]
         k = tl.load(key_cache_ptr + offs)  # [N, W]
         if DOT_F32:
             k = k.to(tl.float32)
@@ -152,8 +157,9 @@ def _paged_attention_kernel(
         acc = acc * alpha + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
 
-    # Each row writes its own head's columns (q_mask), where its query came from (q_offs).
-    if NUM_SPLITS == 1:
+    if WHOLE_BATCH:  # float32 rows, every one with a key (padding rows repeat the last row)
+        tl.store(out_ptr + q_offs, acc / l_i)
+    elif NUM_SPLITS == 1:  # each row writes its own head's columns, where its query came from
         out = acc / tl.where(row_ok, l_i, 1.0)  # [M, W]
         tl.store(out_ptr + q_offs, out.to(out_ptr.dtype.element_ty), mask=q_mask)
     else:  # keep this split's unnormalised state; _merge_splits_kernel combines the splits
@@ -204,32 +210,71 @@ def choose_num_splits(shapes: AttentionShapes, programs: int, device: torch.devi
     return max(1, min(triton.cdiv(2 * sms, programs), shapes.max_seq_len // 512, 16))
 
 
-def whole_batch_keys(seq_lens: torch.Tensor, query_start_loc: torch.Tensor, block_q: int
-                     ) -> tuple[torch.Tensor, ...]:
-    """Where each token and key sits when the batch's contexts are laid end to end.
+@dataclass(frozen=True)
+class WholeBatchLayout:
+    """The whole-batch program layout, built by the wrapper with a few torch ops.
 
-    Returns six int64 vectors: first_key and own_key [num_tokens] (the first key of the token's
-    sequence, and the token's own key: the range it attends to), key_seq and key_pos
-    [total keys] (each key's sequence and position in it), and program_lo, program_end
-    [programs]: the columns [lo, end) that the program of tokens [p * block_q, (p + 1) * block_q)
-    walks. The kernel still finds each key's physical block through the block table; this only
-    says which row of the table to read.
+    Rows are the batch's (token, query head) pairs, token-major, padded to whole programs with
+    copies of the last row; keys are the batch's contexts laid end to end, padded by a tile.
     """
+
+    query_rows: torch.Tensor  # [rows, W]: row (t, h) holds query[t, h] in KV head h // group's
+    #                           HEAD_PAD columns, zeros elsewhere
+    first_key: torch.Tensor  # [rows] int64: the first key of the row's sequence
+    last_key: torch.Tensor  # [rows] int64: the row's own key (it sees first_key..last_key)
+    key_entry: torch.Tensor  # [keys + tile] int64: offset of the key's block-table entry
+    #                          (its sequence's row * stride + its logical block)
+    key_slot_offs: torch.Tensor  # [keys + tile] int64: the key's slot within its block, times
+    #                              the cache's slot stride
+    program_lo: torch.Tensor  # [programs] int64: the first column a program walks
+    program_end: torch.Tensor  # [programs] int64: one past its last
+
+
+def whole_batch_layout(query: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                       query_start_loc: torch.Tensor, num_kv_heads: int, block_size: int,
+                       slot_stride: int, rows_per_program: int, head_pad: int, tile_n: int
+                       ) -> WholeBatchLayout:
+    """Lay out a batch for the whole-batch programs (see WholeBatchLayout)."""
+    device = query.device
+    num_tokens, num_heads, head_dim = query.shape
+    group = num_heads // num_kv_heads
     seq_lens = seq_lens.long()
     key_start = torch.cumsum(seq_lens, 0) - seq_lens  # [num_seqs]
-    seq_ids = torch.arange(len(seq_lens), device=seq_lens.device)
+    seq_ids = torch.arange(len(seq_lens), device=device)
     query_lens = (query_start_loc[1:] - query_start_loc[:-1]).long()  # [num_seqs]
     token_seq = torch.repeat_interleave(seq_ids, query_lens)  # [num_tokens]
-    token_index = torch.arange(len(token_seq), device=seq_lens.device)
-    # A token's key: its sequence's end, less the new tokens after it.
-    after = query_start_loc[1:].long()[token_seq] - token_index  # [num_tokens] counting itself
+    # A token's own key: its sequence's end, less the new tokens after it (itself counted).
+    after = query_start_loc[1:].long()[token_seq] - torch.arange(num_tokens, device=device)
     own_key = (key_start + seq_lens)[token_seq] - after  # [num_tokens]
-    first_key = key_start[token_seq]  # [num_tokens]
-    key_seq = torch.repeat_interleave(seq_ids, seq_lens)  # [total keys]
-    key_pos = torch.arange(len(key_seq), device=seq_lens.device) - key_start[key_seq]
-    first = torch.arange(0, len(token_seq), block_q, device=seq_lens.device)  # [programs]
-    last = (first + block_q).clamp(max=len(token_seq)) - 1  # tokens are in sequence order
-    return first_key, own_key, key_seq, key_pos, first_key[first], own_key[last] + 1
+    num_rows = num_tokens * num_heads
+    padded_rows = triton.cdiv(num_rows, rows_per_program) * rows_per_program
+    row_token = (torch.arange(padded_rows, device=device) // num_heads).clamp(max=num_tokens - 1)
+    first_key = key_start[token_seq][row_token]  # [rows]
+    last_key = own_key[row_token]  # [rows]
+    heads = torch.arange(num_heads, device=device)
+    query_rows = query.new_zeros(triton.cdiv(padded_rows, num_heads), num_heads,
+                                 triton.next_power_of_2(num_kv_heads), head_pad)
+    query_rows[:num_tokens, heads, heads // group, :head_dim] = query  # [T', H, KV_PAD, D_PAD]
+    query_rows = query_rows.view(-1, query_rows.shape[2] * head_pad)[:padded_rows]  # [rows, W]
+    key_seq = torch.repeat_interleave(seq_ids, seq_lens)  # [keys]
+    key_pos = torch.arange(len(key_seq), device=device) - key_start[key_seq]  # [keys]
+    pad = (0, tile_n)  # the last tile may reach a tile past the keys: it reads key 0's block
+    key_entry = F.pad(key_seq * block_tables.stride(0) + key_pos // block_size, pad)
+    first_rows = torch.arange(0, padded_rows, rows_per_program, device=device)  # [programs]
+    return WholeBatchLayout(
+        query_rows.contiguous(), first_key, last_key, key_entry,
+        F.pad(key_pos % block_size * slot_stride, pad),
+        first_key[first_rows], last_key[first_rows + rows_per_program - 1] + 1)
+
+
+@cache
+def _column_offsets(num_kv_heads: int, head_dim: int, kv_pad: int, head_pad: int,
+                    stride_ch: int, device: torch.device) -> torch.Tensor:
+    """[KV_PAD * HEAD_PAD] int64: each column's (KV head, dim) offset within a slot; padding
+    columns read the slot's first value (their query is zero)."""
+    col = torch.arange(kv_pad * head_pad, device=device)
+    kv, dim = col // head_pad, col % head_pad
+    return torch.where((kv < num_kv_heads) & (dim < head_dim), kv * stride_ch + dim, 0)
 
 
 def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cache: torch.Tensor,
@@ -255,7 +300,7 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
                          "whole_batch=False")
     group = shapes.num_heads // shapes.num_kv_heads
     kv_per_program = shapes.num_kv_heads if whole_batch else 1
-    heads_pad = triton.next_power_of_2(kv_per_program * group)
+    kv_pad = triton.next_power_of_2(kv_per_program)
     head_pad = max(16, triton.next_power_of_2(shapes.head_dim))
     # Tile sizes: on a GPU, 16..64 rows of (token, head) and 32..64 positions per step (smaller
     # for wide rows, to stay within shared memory); in the interpreter, fewer, larger tiles.
@@ -265,21 +310,34 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
         max_rows, tile_n = 256, max(16, min(512, triton.next_power_of_2(shapes.total_keys)))
     else:
         max_rows, tile_n = 128, 256
-    min_q = max(1, 16 // heads_pad)  # tl.dot needs at least 16 rows
-    longest = shapes.num_tokens if whole_batch else shapes.max_query_len
-    block_q = max(min_q, min(max(1, max_rows // heads_pad), triton.next_power_of_2(longest)))
-    q_tiles = triton.cdiv(longest, block_q)
     # Triton's interpreter keeps bfloat16 as raw 16-bit integers and cannot multiply them.
     dot_f32 = not query.is_cuda and query.dtype == torch.bfloat16
-    if whole_batch:
-        num_splits, grid = 1, (q_tiles, 1, 1)
-        layout = whole_batch_keys(seq_lens, query_start_loc, block_q)
+    if whole_batch:  # rows of (token, query head): as many a program as fit, at least 16
+        heads_pad, num_splits = 1, 1  # (tl.dot needs 16 rows)
+        block_q = max(16, min(max_rows, triton.next_power_of_2(shapes.num_tokens * group
+                                                                * shapes.num_kv_heads)))
+        layout = whole_batch_layout(query, block_tables, seq_lens, query_start_loc,
+                                    shapes.num_kv_heads, shapes.block_size, key_cache.stride(1),
+                                    block_q, head_pad, tile_n)
+        rows = layout.query_rows  # [padded rows, W]
+        kernel_out = torch.empty(rows.shape, dtype=torch.float32, device=query.device)
+        grid = (rows.shape[0] // block_q, 1, 1)
+        columns = _column_offsets(shapes.num_kv_heads, shapes.head_dim, kv_pad, head_pad,
+                                  key_cache.stride(2), key_cache.device)
+        whole = (rows, layout.first_key, layout.last_key, layout.key_entry, layout.key_slot_offs,
+                 columns, layout.program_lo, layout.program_end)
     else:
+        heads_pad = triton.next_power_of_2(group)
+        min_q = max(1, 16 // heads_pad)  # tl.dot needs at least 16 rows
+        block_q = max(min_q, min(max(1, max_rows // heads_pad),
+                                 triton.next_power_of_2(shapes.max_query_len)))
+        q_tiles = triton.cdiv(shapes.max_query_len, block_q)
         if num_splits is None:
             num_splits = choose_num_splits(
                 shapes, shapes.num_seqs * shapes.num_kv_heads * q_tiles, query.device)
         grid = (shapes.num_seqs, shapes.num_kv_heads, q_tiles * num_splits)
-        layout = (query_start_loc,) * 6  # unused
+        kernel_out = out
+        whole = (query, *(query_start_loc,) * 7)  # unused
     partial_shape = (num_splits, shapes.num_tokens, shapes.num_heads)
     partial_m = torch.empty(partial_shape if num_splits > 1 else (1,), dtype=torch.float32,
                             device=query.device)  # [num_splits, num_tokens, num_heads]
@@ -288,19 +346,24 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
                               dtype=torch.float32, device=query.device)
     with kernel_launch():
         _paged_attention_kernel[grid](
-            out, query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
-            *layout,
+            kernel_out, whole[0], key_cache, value_cache, block_tables, seq_lens,
+            query_start_loc, *whole[1:],
             shapes.scale * LOG2E,
             query.stride(0), query.stride(1),
             key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), block_tables.stride(0),
             shapes.block_size, shapes.head_dim, shapes.num_kv_heads,
             partial_out, partial_m, partial_l, shapes.num_tokens, shapes.num_heads,
             GROUP=group, KV_PER_PROGRAM=kv_per_program, HEADS_PAD=heads_pad,
-            KV_PAD=triton.next_power_of_2(kv_per_program), BLOCK_Q=block_q, HEAD_PAD=head_pad,
+            KV_PAD=kv_pad, BLOCK_Q=block_q, HEAD_PAD=head_pad,
             TILE_N=tile_n,
             PRECISION="ieee" if query.dtype == torch.float32 or dot_f32 else "tf32",
             NUM_SPLITS=num_splits, DOT_F32=dot_f32, WHOLE_BATCH=whole_batch,
         )
+    if whole_batch:  # row (t, h)'s output sits in KV head h // group's columns
+        heads = torch.arange(shapes.num_heads, device=query.device)
+        by_head = kernel_out[:shapes.num_tokens * shapes.num_heads].view(
+            shapes.num_tokens, shapes.num_heads, kv_pad, head_pad)  # [T, H, KV_PAD, D_PAD]
+        out.copy_(by_head[:, heads, heads // group, :shapes.head_dim])
     if num_splits > 1:
         with kernel_launch():
             _merge_splits_kernel[(shapes.num_tokens, shapes.num_heads)](

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from kernels.paged_attention import launch_paged_attention, paged_attention, whole_batch_keys
+from kernels.paged_attention import launch_paged_attention, paged_attention, whole_batch_layout
 from kernels.paged_inputs import check_paged_inputs
 from kernels.reference import dense_attention, gather_kv, online_softmax_steps
 
@@ -212,16 +212,44 @@ def test_bad_input_raises_value_error_naming_the_argument(name: str,
         dense_attention(**inputs)
 
 
-def test_whole_batch_keys_lay_contexts_end_to_end() -> None:
-    """Sequence 0: 3 keys, its last one new; sequence 1: 2 keys, both new."""
-    seq_lens = torch.tensor([3, 2], dtype=torch.int32)
-    query_start_loc = torch.tensor([0, 1, 3], dtype=torch.int32)
-    first_key, own_key, key_seq, key_pos, program_lo, program_end = whole_batch_keys(
-        seq_lens, query_start_loc, 2)
-    assert first_key.tolist() == [0, 3, 3] and own_key.tolist() == [2, 3, 4]
-    assert key_seq.tolist() == [0, 0, 0, 1, 1]
-    assert key_pos.tolist() == [0, 1, 2, 0, 1]
-    assert program_lo.tolist() == [0, 3] and program_end.tolist() == [4, 5]  # tokens 0-1, 2
+def test_whole_batch_layout_lays_rows_and_contexts_end_to_end() -> None:
+    """Sequence 0: 3 keys, its last one new; sequence 1: 2 keys, both new. Two query heads on
+    one KV head, head_dim 2; blocks of 2 slots; block tables [[5, 7], [4, 0]]."""
+    query = torch.arange(12, dtype=torch.float32).view(3, 2, 2)  # [T, H, D]
+    tables = torch.tensor([[5, 7], [4, 0]], dtype=torch.int32)
+    layout = whole_batch_layout(query, tables, torch.tensor([3, 2], dtype=torch.int32),
+                                torch.tensor([0, 1, 3], dtype=torch.int32), num_kv_heads=1,
+                                block_size=2, slot_stride=10, rows_per_program=4, head_pad=4,
+                                tile_n=2)
+    # rows: (token, head), padded from 6 to 8 with copies of the last row
+    assert layout.first_key.tolist() == [0, 0, 3, 3, 3, 3, 3, 3]
+    assert layout.last_key.tolist() == [2, 2, 3, 3, 4, 4, 4, 4]
+    assert layout.query_rows.shape == (8, 4)
+    assert layout.query_rows[:6, :2].equal(query.view(6, 2))
+    assert not layout.query_rows[:, 2:].any() and not layout.query_rows[6:].any()
+    # keys: sequence 0's positions 0-2, then sequence 1's 0-1; entries index the table as
+    # row * 2 + logical block; padded by one tile (2) with key 0's entry
+    assert layout.key_entry.tolist() == [0, 0, 1, 2, 2, 0, 0]
+    assert layout.key_slot_offs.tolist() == [0, 10, 0, 0, 10, 0, 0]  # slot * slot_stride
+    assert tables.view(-1)[layout.key_entry[:5]].tolist() == [5, 5, 7, 4, 4]
+    # program 0: rows 0-3 (tokens 0, 1) walk keys [0, 4); program 1: rows 4-7 keys [3, 5)
+    assert layout.program_lo.tolist() == [0, 3] and layout.program_end.tolist() == [4, 5]
+
+
+def test_whole_batch_layout_puts_each_query_in_its_kv_heads_columns() -> None:
+    query = torch.randn(2, 4, 3)  # [T, H, D]: 4 query heads on 2 KV heads
+    layout = whole_batch_layout(query, torch.zeros(1, 1, dtype=torch.int32),
+                                torch.tensor([2], dtype=torch.int32),
+                                torch.tensor([0, 2], dtype=torch.int32), num_kv_heads=2,
+                                block_size=4, slot_stride=8, rows_per_program=16, head_pad=4,
+                                tile_n=16)
+    rows = layout.query_rows.view(16, 2, 4)  # [rows, KV head, D_PAD]
+    for t in range(2):
+        for h in range(4):
+            r = t * 4 + h
+            assert rows[r, h // 2, :3].equal(query[t, h])
+            assert not rows[r, 1 - h // 2].any() and not rows[r, h // 2, 3:].any()
+    assert not rows[8:].any()
 
 
 def test_kernels_from_several_threads_take_turns() -> None:
