@@ -8,11 +8,13 @@ together. Rows:
   against float64 dense attention, the other layers a torch gather through the block tables).
 - paged, gather only: the same pool and tables with no Triton attention: the cost of paging
   itself. K/V writes still go through KVPool.write (the cache-write kernel).
-"Decode tok/s" is batch / the median decode step's wall time (the prefill step left out);
-"CPU ms/step" is this process's CPU time in the median decode step. Medians, because on a
-shared CPU a burst of another process's work slows a few steps, not most; each row also runs
---rounds times, interleaved with the others, and the table shows medians over the rounds.
-Times include Python overhead.
+The rows run in lockstep: one generation per row, advanced one step at a time in turn (the order
+rotating each step), so each row's step k runs within a fraction of a second of the others'. On
+this shared machine the speed drifts by 20-30 % over seconds; step by step, that drift hits every
+row alike. "Decode tok/s" is batch / the median decode step's wall time (the prefill step left
+out); "CPU ms/step" is this process's CPU time in the median decode step; "paged/dense" is the
+median over every decode step of every round of the dense step's time / this row's step time in
+the same turn. Times include Python overhead.
 
     python bench/model.py [--tokens 32] [--batches 1 8] [--threads N] [--rounds 3]
 """
@@ -20,10 +22,12 @@ Times include Python overhead.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -52,30 +56,41 @@ def make_cache(lm: LoadedModel, kind: str, plan: KernelPlan | None, prompt_len: 
     return PagedKVCache(manager, model.config, plan)
 
 
-def time_run(lm: LoadedModel, kind: str, plan: KernelPlan | None, batch: int,
-             tokens: int) -> tuple[float, float, float, list[list[int]]]:
-    """(total tok/s, decode tok/s, CPU ms per decode step, tokens per sequence).
+@dataclass
+class RowTimes:
+    walls: list[float] = field(default_factory=list)  # per decode step, seconds
+    cpus: list[float] = field(default_factory=list)
+    total: float = 0.0  # every step, the prefill too
+    tokens: list[list[int]] = field(default_factory=list)  # per sequence, last round
 
-    Decode tok/s and CPU ms come from the median decode step: a burst of load from another
-    process slows a few steps, not the median."""
+
+def lockstep(lm: LoadedModel, rows: list[tuple[str, KernelPlan | None]], batch: int,
+             tokens: int, times: list[RowTimes]) -> None:
+    """One generation per row, advanced a step at a time in turn; appends to times[i]."""
     prompt = lm.tokenizer.chat_tokens(PROMPT)
     params = SamplingParams(max_new_tokens=tokens, n=batch, temperature=0.0)
-    cache = make_cache(lm, kind, plan, len(prompt), params)
-    out: dict[int, list[int]] = {}
-    walls, cpus = [], []  # per decode step
-    start = last = time.perf_counter()
-    last_cpu = time.process_time()
-    for step in generate(lm.model, cache, prompt, params):
-        now, now_cpu = time.perf_counter(), time.process_time()
-        if step.index > 0:  # step 0 is the prefill
-            walls.append(now - last)
-            cpus.append(now_cpu - last_cpu)
-        last, last_cpu = now, now_cpu
-        for seq_id, token in step.tokens.items():
-            out.setdefault(seq_id, []).append(token)
-    decode = batch / statistics.median(walls)
-    cpu_ms = 1000 * statistics.median(cpus)
-    return batch * tokens / (last - start), decode, cpu_ms, [out[k] for k in sorted(out)]
+    steps = [generate(lm.model, make_cache(lm, kind, plan, len(prompt), params), prompt, params)
+             for kind, plan in rows]
+    outs: list[dict[int, list[int]]] = [{} for _ in rows]
+    live = list(range(len(rows)))
+    for turn in itertools.count():
+        if not live:
+            break
+        for i in live[turn % len(live):] + live[:turn % len(live)]:  # rotate who goes first
+            wall, cpu = time.perf_counter(), time.process_time()
+            step = next(steps[i], None)  # the forward pass that produced this step's logits
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            if step is None:
+                live.remove(i)
+                continue
+            times[i].total += wall
+            if step.index > 0:  # step 0 is the prefill
+                times[i].walls.append(wall)
+                times[i].cpus.append(cpu)
+            for seq_id, token in step.tokens.items():
+                outs[i].setdefault(seq_id, []).append(token)
+    for t, out in zip(times, outs):
+        t.tokens = [out[k] for k in sorted(out)]
 
 
 def main() -> None:
@@ -84,7 +99,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--rounds", type=int, default=3,
-                        help="the rows run this many times, interleaved; medians are shown")
+                        help="generations per row (in lockstep); medians over all their steps")
     args = parser.parse_args()
     if args.tokens < 2:
         parser.error("--tokens must be at least 2 (one prefill token, one decode step)")
@@ -98,27 +113,28 @@ def main() -> None:
             ("paged, gather only", "paged", "none")]
     print(f"backend: {backend().describe()}; load average {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} CPUs; torch threads {torch.get_num_threads()}; "
-          f"{args.tokens} new tokens per sequence, greedy, float32; median of {args.rounds} "
-          "interleaved rounds (paged/dense: the median of each round's ratio)")
-    time_run(lm, "dense", None, 1, 4)  # warm-up: first calls allocate and import lazily
+          f"{args.tokens} new tokens per sequence, greedy, float32; {args.rounds} rounds, the "
+          "rows in lockstep (paged/dense: the median of the step-by-step ratios)")
+    lockstep(lm, [(kind, plan) for _, kind, plan in rows], 1, 4,
+             [RowTimes() for _ in rows])  # warm-up: first calls allocate and import lazily
     print(f"| {'cache':34} | batch | tok/s | decode tok/s | CPU ms/step | paged/dense "
           "| same tokens |")
     print(f"|{'-' * 36}|------:|------:|-------------:|------------:|------------:"
           "|:-----------:|")
     median = statistics.median
     for batch in args.batches:
-        runs: list[list[tuple[float, float, float, list[list[int]]]]] = [[] for _ in rows]
-        for _ in range(args.rounds):  # interleaved, so a change in the machine's load hits all
-            for i, (_, kind, plan) in enumerate(rows):
-                runs[i].append(time_run(lm, kind, plan, batch, args.tokens))
-        dense = runs[0]
-        for (label, _, _), row in zip(rows, runs):
-            ratio = median(r[1] / d[1] for r, d in zip(row, dense))
-            same = "yes" if all(r[3] == d[3] for r, d in zip(row, dense)) else "NO"
-            print(f"| {label:34} | {batch:5} | {median(r[0] for r in row):5.1f} | "
-                  f"{median(r[1] for r in row):12.1f} | {median(r[2] for r in row):11.0f} | "
-                  f"{ratio:11.2f} | {same:^11} |", flush=True)
-
+        times = [RowTimes() for _ in rows]
+        same = [True] * len(rows)
+        for _ in range(args.rounds):
+            lockstep(lm, [(kind, plan) for _, kind, plan in rows], batch, args.tokens, times)
+            same = [ok and t.tokens == times[0].tokens for ok, t in zip(same, times)]
+        dense = times[0]
+        for (label, _, _), row, ok in zip(rows, times, same):
+            ratio = median(d / w for d, w in zip(dense.walls, row.walls))
+            total = args.rounds * batch * args.tokens / row.total
+            print(f"| {label:34} | {batch:5} | {total:5.1f} | {batch / median(row.walls):12.1f} "
+                  f"| {1000 * median(row.cpus):11.0f} | {ratio:11.2f} | "
+                  f"{'yes' if ok else 'NO':^11} |", flush=True)
 
 if __name__ == "__main__":
     main()
