@@ -44,8 +44,8 @@ NEG_BIG = tl.constexpr(-1.0e30)  # running-max start: finite, so masked rows nev
 def _paged_attention_kernel(
     out_ptr, query_ptr, key_cache_ptr, value_cache_ptr,
     block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
-    first_key_ptr, last_key_ptr, key_entry_ptr, key_slot_ptr, col_offs_ptr,
-    program_lo_ptr, program_end_ptr,  # ^ used if WHOLE_BATCH (see whole_batch_layout)
+    first_key_ptr, last_key_ptr, shared_last_ptr, key_entry_ptr, key_slot_ptr, col_offs_ptr,
+    program_lo_ptr, program_end_ptr,  # ^ used if WHOLE_BATCH (see WholeBatchLayout)
     qk_scale,  # softmax scale * log2(e): the kernel works in base 2
     stride_t, stride_h,  # of query and out (both contiguous)
     stride_cb, stride_cs, stride_ch, stride_bt,
@@ -56,6 +56,7 @@ def _paged_attention_kernel(
     TILE_N: tl.constexpr, PRECISION: tl.constexpr, NUM_SPLITS: tl.constexpr,
     DOT_F32: tl.constexpr,  # float32 dots (interpreter with bf16)
     WHOLE_BATCH: tl.constexpr,
+    SHARED_PREFIX: tl.constexpr,  # whole batch: columns [0, P) hold keys every sequence shares
 ):
     # Rows are (new token, query head) pairs: BLOCK_Q * HEADS_PAD of them. Columns of Q/K/V tiles
     # are (KV head of the program, dim) pairs: a row's query sits in its own KV head's columns and
@@ -71,9 +72,12 @@ def _paged_attention_kernel(
         rows = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)[:, None]  # [M, 1]
         q_offs = rows * (KV_PAD * HEAD_PAD) + wide  # [M, W] also out's (both [rows, W])
         q = tl.load(query_ptr + q_offs)  # [M, W], zero outside the row's own KV head
-        # A row sees the columns from its sequence's first key to its own.
+        # A row sees the columns from its sequence's first own key to its own key, and the
+        # shared prefix's columns up to its own position.
         first_key = tl.load(first_key_ptr + rows)  # [M, 1]
         last_key = tl.load(last_key_ptr + rows)  # [M, 1]
+        if SHARED_PREFIX:
+            shared_last = tl.load(shared_last_ptr + rows)  # [M, 1]
         kv_lo = tl.load(program_lo_ptr + pid)  # the program's columns
         kv_end = tl.load(program_end_ptr + pid)
         kv_hi = kv_end
@@ -133,6 +137,8 @@ def _paged_attention_kernel(
             physical = tl.load(block_tables_ptr + entry).to(tl.int64)  # [N] physical blocks
             slot_offs = tl.load(key_slot_ptr + cols)  # [N] its slot within the block (offset)
             visible = (across >= first_key) & (across <= last_key)  # [M, N]
+            if SHARED_PREFIX:
+                visible = visible | (across <= shared_last)
         else:
             pos = tl.minimum(cols, kv_end - 1)  # [N] position in the sequence
             physical = tl.load(table_row + pos // block_size).to(tl.int64)  # [N]
@@ -210,18 +216,34 @@ def choose_num_splits(shapes: AttentionShapes, programs: int, device: torch.devi
     return max(1, min(triton.cdiv(2 * sms, programs), shapes.max_seq_len // 512, 16))
 
 
+def shared_prefix_len(block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                      block_size: int) -> int:
+    """Keys every sequence of the batch reads from the same physical blocks: the leading
+    block-table entries equal in every row, in whole blocks every sequence fills (forks of one
+    prompt share its full blocks). 0 for a single sequence (nothing to share)."""
+    if len(seq_lens) < 2:
+        return 0
+    full = int(seq_lens.min()) // block_size  # blocks every sequence fills
+    same = (block_tables[:, :full] == block_tables[:1, :full]).all(0)  # [full]
+    return int(same.long().cumprod(0).sum()) * block_size
+
+
 @dataclass(frozen=True)
 class WholeBatchLayout:
     """The whole-batch program layout, built by the wrapper with a few torch ops.
 
     Rows are the batch's (token, query head) pairs, token-major, padded to whole programs with
-    copies of the last row; keys are the batch's contexts laid end to end, padded by a tile.
+    copies of the last row. Columns are the batch's keys laid end to end, padded by a tile: a
+    prefix that every sequence reads from the same blocks (`shared_prefix_len`) once, through
+    sequence 0's table row, then each sequence's other keys. A row (sequence s, position p) sees
+    the shared columns up to p and its own columns from the shared prefix's end up to p.
     """
 
     query_rows: torch.Tensor  # [rows, W]: row (t, h) holds query[t, h] in KV head h // group's
     #                           HEAD_PAD columns, zeros elsewhere
-    first_key: torch.Tensor  # [rows] int64: the first key of the row's sequence
-    last_key: torch.Tensor  # [rows] int64: the row's own key (it sees first_key..last_key)
+    first_key: torch.Tensor  # [rows] int64: the column of the row's sequence's first own key
+    last_key: torch.Tensor  # [rows] int64: the row's own column (none own if < first_key)
+    shared_last: torch.Tensor  # [rows] int64: the last shared column it sees (-1: none)
     key_entry: torch.Tensor  # [keys + tile] int64: offset of the key's block-table entry
     #                          (its sequence's row * stride + its logical block)
     key_slot_offs: torch.Tensor  # [keys + tile] int64: the key's slot within its block, times
@@ -232,39 +254,46 @@ class WholeBatchLayout:
 
 def whole_batch_layout(query: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
                        query_start_loc: torch.Tensor, num_kv_heads: int, block_size: int,
-                       slot_stride: int, rows_per_program: int, head_pad: int, tile_n: int
-                       ) -> WholeBatchLayout:
-    """Lay out a batch for the whole-batch programs (see WholeBatchLayout)."""
+                       slot_stride: int, rows_per_program: int, head_pad: int, tile_n: int,
+                       shared: int = 0) -> WholeBatchLayout:
+    """Lay out a batch for the whole-batch programs (see WholeBatchLayout); `shared` keys of
+    every sequence are laid out once (at most `shared_prefix_len`)."""
     device = query.device
     num_tokens, num_heads, head_dim = query.shape
     group = num_heads // num_kv_heads
     seq_lens = seq_lens.long()
-    key_start = torch.cumsum(seq_lens, 0) - seq_lens  # [num_seqs]
     seq_ids = torch.arange(len(seq_lens), device=device)
+    counts = seq_lens - shared * (seq_ids > 0)  # [num_seqs] columns each sequence adds
+    key_start = torch.cumsum(counts, 0) - counts  # [num_seqs] its first column
+    skipped = shared * (seq_ids > 0)  # [num_seqs] its positions laid out by sequence 0
     query_lens = (query_start_loc[1:] - query_start_loc[:-1]).long()  # [num_seqs]
     token_seq = torch.repeat_interleave(seq_ids, query_lens)  # [num_tokens]
-    # A token's own key: its sequence's end, less the new tokens after it (itself counted).
+    # A token's position: its sequence's length, less the new tokens after it (itself counted).
     after = query_start_loc[1:].long()[token_seq] - torch.arange(num_tokens, device=device)
-    own_key = (key_start + seq_lens)[token_seq] - after  # [num_tokens]
+    position = seq_lens[token_seq] - after  # [num_tokens]
     num_rows = num_tokens * num_heads
     padded_rows = triton.cdiv(num_rows, rows_per_program) * rows_per_program
     row_token = (torch.arange(padded_rows, device=device) // num_heads).clamp(max=num_tokens - 1)
-    first_key = key_start[token_seq][row_token]  # [rows]
-    last_key = own_key[row_token]  # [rows]
+    row_seq, row_pos = token_seq[row_token], position[row_token]  # [rows]
+    position_0 = key_start[row_seq] - skipped[row_seq]  # [rows] column its position 0 would have
+    first_key = position_0 + shared  # [rows]
+    last_key = position_0 + row_pos  # [rows]
+    shared_last = row_pos.clamp(max=shared - 1)  # [rows]
     heads = torch.arange(num_heads, device=device)
     query_rows = query.new_zeros(triton.cdiv(padded_rows, num_heads), num_heads,
                                  triton.next_power_of_2(num_kv_heads), head_pad)
     query_rows[:num_tokens, heads, heads // group, :head_dim] = query  # [T', H, KV_PAD, D_PAD]
     query_rows = query_rows.view(-1, query_rows.shape[2] * head_pad)[:padded_rows]  # [rows, W]
-    key_seq = torch.repeat_interleave(seq_ids, seq_lens)  # [keys]
-    key_pos = torch.arange(len(key_seq), device=device) - key_start[key_seq]  # [keys]
+    key_seq = torch.repeat_interleave(seq_ids, counts)  # [keys]
+    key_pos = torch.arange(len(key_seq), device=device) - key_start[key_seq] + skipped[key_seq]
     pad = (0, tile_n)  # the last tile may reach a tile past the keys: it reads key 0's block
     key_entry = F.pad(key_seq * block_tables.stride(0) + key_pos // block_size, pad)
-    first_rows = torch.arange(0, padded_rows, rows_per_program, device=device)  # [programs]
-    return WholeBatchLayout(
-        query_rows.contiguous(), first_key, last_key, key_entry,
-        F.pad(key_pos % block_size * slot_stride, pad),
-        first_key[first_rows], last_key[first_rows + rows_per_program - 1] + 1)
+    by_program = (-1, rows_per_program)
+    lo = first_key.view(by_program).amin(1) if not shared else torch.zeros_like(
+        first_key[::rows_per_program])  # [programs]
+    end = torch.maximum(last_key, shared_last).view(by_program).amax(1) + 1  # [programs]
+    return WholeBatchLayout(query_rows.contiguous(), first_key, last_key, shared_last, key_entry,
+                            F.pad(key_pos % block_size * slot_stride, pad), lo, end)
 
 
 @cache
@@ -304,10 +333,12 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
     head_pad = max(16, triton.next_power_of_2(shapes.head_dim))
     # Tile sizes: on a GPU, 16..64 rows of (token, head) and 32..64 positions per step (smaller
     # for wide rows, to stay within shared memory); in the interpreter, fewer, larger tiles.
+    shared = shared_prefix_len(block_tables, seq_lens, shapes.block_size) if whole_batch else 0
     if query.is_cuda:
         max_rows = tile_n = 64 if head_pad * query.element_size() <= 256 else 32
     elif whole_batch:  # a tile of keys wide enough for the batch's contexts, up to 512
-        max_rows, tile_n = 256, max(16, min(512, triton.next_power_of_2(shapes.total_keys)))
+        columns = shapes.total_keys - shared * (shapes.num_seqs - 1)
+        max_rows, tile_n = 256, max(16, min(512, triton.next_power_of_2(columns)))
     else:
         max_rows, tile_n = 128, 256
     # Triton's interpreter keeps bfloat16 as raw 16-bit integers and cannot multiply them.
@@ -318,14 +349,14 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
                                                                 * shapes.num_kv_heads)))
         layout = whole_batch_layout(query, block_tables, seq_lens, query_start_loc,
                                     shapes.num_kv_heads, shapes.block_size, key_cache.stride(1),
-                                    block_q, head_pad, tile_n)
+                                    block_q, head_pad, tile_n, shared)
         rows = layout.query_rows  # [padded rows, W]
         kernel_out = torch.empty(rows.shape, dtype=torch.float32, device=query.device)
         grid = (rows.shape[0] // block_q, 1, 1)
-        columns = _column_offsets(shapes.num_kv_heads, shapes.head_dim, kv_pad, head_pad,
+        in_slot = _column_offsets(shapes.num_kv_heads, shapes.head_dim, kv_pad, head_pad,
                                   key_cache.stride(2), key_cache.device)
-        whole = (rows, layout.first_key, layout.last_key, layout.key_entry, layout.key_slot_offs,
-                 columns, layout.program_lo, layout.program_end)
+        whole = (rows, layout.first_key, layout.last_key, layout.shared_last, layout.key_entry,
+                 layout.key_slot_offs, in_slot, layout.program_lo, layout.program_end)
     else:
         heads_pad = triton.next_power_of_2(group)
         min_q = max(1, 16 // heads_pad)  # tl.dot needs at least 16 rows
@@ -337,7 +368,7 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
                 shapes, shapes.num_seqs * shapes.num_kv_heads * q_tiles, query.device)
         grid = (shapes.num_seqs, shapes.num_kv_heads, q_tiles * num_splits)
         kernel_out = out
-        whole = (query, *(query_start_loc,) * 7)  # unused
+        whole = (query, *(query_start_loc,) * 8)  # unused
     partial_shape = (num_splits, shapes.num_tokens, shapes.num_heads)
     partial_m = torch.empty(partial_shape if num_splits > 1 else (1,), dtype=torch.float32,
                             device=query.device)  # [num_splits, num_tokens, num_heads]
@@ -358,6 +389,7 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
             TILE_N=tile_n,
             PRECISION="ieee" if query.dtype == torch.float32 or dot_f32 else "tf32",
             NUM_SPLITS=num_splits, DOT_F32=dot_f32, WHOLE_BATCH=whole_batch,
+            SHARED_PREFIX=shared > 0,
         )
     if whole_batch:  # row (t, h)'s output sits in KV head h // group's columns
         heads = torch.arange(shapes.num_heads, device=query.device)

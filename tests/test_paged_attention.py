@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from kernels.paged_attention import launch_paged_attention, paged_attention, whole_batch_layout
+from kernels.paged_attention import (launch_paged_attention, paged_attention, shared_prefix_len,
+                                     whole_batch_layout)
 from kernels.paged_inputs import check_paged_inputs
 from kernels.reference import dense_attention, gather_kv, online_softmax_steps
 
@@ -250,6 +251,70 @@ def test_whole_batch_layout_puts_each_query_in_its_kv_heads_columns() -> None:
             assert rows[r, h // 2, :3].equal(query[t, h])
             assert not rows[r, 1 - h // 2].any() and not rows[r, h // 2, 3:].any()
     assert not rows[8:].any()
+
+
+def share_prefix(inputs: dict[str, torch.Tensor], blocks: int) -> dict[str, torch.Tensor]:
+    """Every sequence's first `blocks` table entries point at sequence 0's (as forks of one
+    prompt do); the blocks the others held there are filled with NaN, so reading them shows."""
+    tables, key_cache, value_cache = (inputs[n].clone() for n in
+                                      ("block_tables", "key_cache", "value_cache"))
+    dropped = tables[1:, :blocks].reshape(-1).long()
+    key_cache[dropped] = float("nan")
+    value_cache[dropped] = float("nan")
+    tables[1:, :blocks] = tables[0, :blocks]
+    return {**inputs, "block_tables": tables, "key_cache": key_cache, "value_cache": value_cache}
+
+
+SHARED_CASES = [  # (case, blocks shared, keys the batch's rows share)
+    (Case("forks_decode", 9, 3, 64, 16, ((1, 40), (1, 37), (1, 50), (1, 33))), 2, 32),
+    # sequence 0's new tokens (positions 30-39) straddle the shared prefix's end (32)
+    (Case("prefill_across_prefix", 4, 2, 64, 16, ((10, 40), (1, 45), (3, 34))), 2, 32),
+    # the tables share 2 blocks but sequence 1 fills only 1 of them: 16 keys shared
+    (Case("short_sequence", 4, 2, 64, 16, ((1, 40), (2, 20), (1, 33))), 2, 16),
+]
+
+
+@pytest.mark.parametrize(("case", "blocks", "keys"), SHARED_CASES,
+                         ids=[c.name for c, _, _ in SHARED_CASES])
+def test_whole_batch_reads_a_shared_prefix_once_and_matches_the_reference(
+        case: Case, blocks: int, keys: int) -> None:
+    inputs = share_prefix(make_inputs(case, torch.float32, "cpu", seed=7), blocks)
+    bs = case.block_size
+    assert shared_prefix_len(inputs["block_tables"], inputs["seq_lens"], bs) == keys
+    ref = dense_attention(**inputs)
+    assert not ref.isnan().any()
+    for whole_batch in (True, False):
+        out = launch_paged_attention(check_paged_inputs(**inputs), **inputs,
+                                     whole_batch=whole_batch)
+        assert relative_error(out, ref) < 1e-5, whole_batch
+
+
+def test_shared_prefix_len_counts_whole_equal_blocks_every_sequence_fills() -> None:
+    tables = torch.tensor([[3, 4, 5, 6], [3, 4, 9, 8], [3, 4, 5, 7]], dtype=torch.int32)
+    lens = torch.tensor([64, 64, 64], dtype=torch.int32)
+    assert shared_prefix_len(tables, lens, 16) == 32  # column 2 differs in row 1
+    assert shared_prefix_len(tables, torch.tensor([64, 31, 64], dtype=torch.int32), 16) == 16
+    assert shared_prefix_len(tables[:1], lens[:1], 16) == 0  # one sequence shares nothing
+    assert shared_prefix_len(torch.tensor([[1, 2], [0, 2]], dtype=torch.int32),
+                             torch.tensor([32, 32], dtype=torch.int32), 16) == 0
+
+
+def test_whole_batch_layout_lays_a_shared_prefix_once() -> None:
+    """Two sequences of 5 and 4 keys sharing their first 2 (block size 2, table width 3); one
+    new token each, one head."""
+    tables = torch.tensor([[6, 1, 2], [6, 3, 0]], dtype=torch.int32)
+    layout = whole_batch_layout(torch.ones(2, 1, 2), tables, torch.tensor([5, 4]),
+                                torch.tensor([0, 1, 2]), num_kv_heads=1, block_size=2,
+                                slot_stride=1, rows_per_program=16, head_pad=16, tile_n=4,
+                                shared=2)
+    # columns: shared positions 0-1 and sequence 0's 2-4 (table row 0), sequence 1's 2-3 (row 1)
+    assert tables.view(-1)[layout.key_entry[:7]].tolist() == [6, 6, 1, 1, 2, 3, 3]
+    assert layout.key_slot_offs[:7].tolist() == [0, 1, 0, 1, 0, 0, 1]
+    # row 0 (sequence 0, position 4) sees columns 2-4 and shared 0-1; row 1 (sequence 1,
+    # position 3) sees columns 5-6 and shared 0-1
+    assert layout.first_key[:2].tolist() == [2, 5] and layout.last_key[:2].tolist() == [4, 6]
+    assert layout.shared_last[:2].tolist() == [1, 1]
+    assert layout.program_lo.tolist() == [0] and layout.program_end.tolist() == [7]
 
 
 def test_kernels_from_several_threads_take_turns() -> None:
