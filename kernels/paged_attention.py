@@ -13,13 +13,14 @@ Two layouts of programs, the same arithmetic:
   each tile's context is split across several programs (flash-decoding); a second small kernel
   merges their partial softmax states.
 - whole batch (the interpreter, where each program and each op costs Python time): one program
-  takes a tile of the batch's (token, query head) rows, from any sequences. The wrapper lays the
-  rows out (each row's query in its own KV head's columns) and the batch's contexts end to end,
-  saying for each key which block-table entry holds its block (its sequence's row, its logical
-  block) and its slot in that block; the kernel still reads the physical block from the table.
-  A row only sees its own sequence's keys. A decode step is then one program, not
-  sequences x KV heads of them, and the index arithmetic runs as a few torch ops on the host
-  instead of interpreted ones (~10x dearer each).
+  takes a tile of the batch's (token, query head) rows, from any sequences. Its columns are
+  (KV head, key) pairs: the batch's contexts laid end to end, once per KV head. The wrapper lays
+  out the rows and columns with a few torch ops (~10x cheaper each than an interpreted op),
+  saying for each column which block-table entry holds its key's block (its sequence's row, its
+  logical block) and where the key's slot and KV head sit; the kernel still reads the physical
+  block from the table. A row sees only its own sequence's keys, in its own KV head's columns.
+  Keys that every sequence reads from the same physical blocks (forks of one prompt) are laid
+  out once. A decode step is then one program, not sequences x KV heads of them.
 """
 
 from __future__ import annotations
@@ -44,50 +45,50 @@ NEG_BIG = tl.constexpr(-1.0e30)  # running-max start: finite, so masked rows nev
 def _paged_attention_kernel(
     out_ptr, query_ptr, key_cache_ptr, value_cache_ptr,
     block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
-    first_key_ptr, last_key_ptr, shared_last_ptr, key_entry_ptr, key_slot_ptr, col_offs_ptr,
-    program_lo_ptr, program_end_ptr,  # ^ used if WHOLE_BATCH (see WholeBatchLayout)
+    first_key_ptr, last_key_ptr, shared_first_ptr, shared_last_ptr, key_entry_ptr, key_slot_ptr,
+    col_offs_ptr, program_lo_ptr, program_end_ptr,  # ^ if WHOLE_BATCH (see WholeBatchLayout)
     qk_scale,  # softmax scale * log2(e): the kernel works in base 2
     stride_t, stride_h,  # of query and out (both contiguous)
     stride_cb, stride_cs, stride_ch, stride_bt,
-    block_size, head_dim, num_kv_heads,
+    block_size, head_dim,
     partial_out_ptr, partial_m_ptr, partial_l_ptr, num_tokens, num_heads,  # used if NUM_SPLITS > 1
-    GROUP: tl.constexpr, KV_PER_PROGRAM: tl.constexpr, HEADS_PAD: tl.constexpr,
-    KV_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, HEAD_PAD: tl.constexpr,
-    TILE_N: tl.constexpr, PRECISION: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    GROUP: tl.constexpr, HEADS_PAD: tl.constexpr, BLOCK_Q: tl.constexpr,
+    HEAD_PAD: tl.constexpr, TILE_N: tl.constexpr, PRECISION: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
     DOT_F32: tl.constexpr,  # float32 dots (interpreter with bf16)
     WHOLE_BATCH: tl.constexpr,
-    SHARED_PREFIX: tl.constexpr,  # whole batch: columns [0, P) hold keys every sequence shares
+    SHARED_PREFIX: tl.constexpr,  # whole batch: keys every sequence shares are laid out once
 ):
-    # Rows are (new token, query head) pairs: BLOCK_Q * HEADS_PAD of them. Columns of Q/K/V tiles
-    # are (KV head of the program, dim) pairs: a row's query sits in its own KV head's columns and
-    # is zero elsewhere, so one dot gives each row the scores against its own KV head.
-    # Per-row values are [M, 1] and per-column ones [1, W] from the start, so they broadcast
+    # Rows are (new token, query head) pairs, BLOCK_Q * HEADS_PAD of them; the columns of the
+    # Q, K, V and output tiles are the dims of one head.
+    # Per-row values are [M, 1] and per-column ones [1, D] from the start, so they broadcast
     # without reshapes (each op costs Python time in the interpreter).
     # Index arithmetic is int64 from the start: large caches overflow int32 offsets, and the
     # interpreter checks every int32 add, sub and mul for overflow (seven more ops each). An
     # int32 arange needs no cast where it meets an int64 first (the op is then int64).
     pid = tl.program_id(0).to(tl.int64)
-    wide = tl.arange(0, KV_PAD * HEAD_PAD)[None, :]  # [1, W]
+    dims = tl.arange(0, HEAD_PAD)[None, :]  # [1, D]
     if WHOLE_BATCH:  # program: BLOCK_Q consecutive rows of the wrapper's rows (HEADS_PAD is 1)
         rows = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)[:, None]  # [M, 1]
-        q_offs = rows * (KV_PAD * HEAD_PAD) + wide  # [M, W] also out's (both [rows, W])
-        q = tl.load(query_ptr + q_offs)  # [M, W], zero outside the row's own KV head
-        # A row sees the columns from its sequence's first own key to its own key, and the
-        # shared prefix's columns up to its own position.
+        q_offs = rows * HEAD_PAD + dims  # [M, D] the wrapper's query rows, also out's
+        q = tl.load(query_ptr + q_offs)  # [M, D]
+        # Columns are (KV head, key) pairs, one KV head's keys after another's. A row sees, in
+        # its own KV head's columns, its sequence's keys up to its own, and the keys every
+        # sequence shares up to its own position.
         first_key = tl.load(first_key_ptr + rows)  # [M, 1]
         last_key = tl.load(last_key_ptr + rows)  # [M, 1]
         if SHARED_PREFIX:
+            shared_first = tl.load(shared_first_ptr + rows)  # [M, 1]
             shared_last = tl.load(shared_last_ptr + rows)  # [M, 1]
         kv_lo = tl.load(program_lo_ptr + pid)  # the program's columns
         kv_end = tl.load(program_end_ptr + pid)
         kv_hi = kv_end
-        col_offs = tl.load(col_offs_ptr + wide)  # [1, W] within a slot
+        col_offs = tl.load(col_offs_ptr + dims)  # [1, D] within a slot's KV head
     else:  # program (sequence, KV head, tile of that sequence's new tokens[, split])
-        rows = tl.arange(0, BLOCK_Q * HEADS_PAD).to(tl.int64)[:, None]  # [M, 1]
-        in_program = rows % HEADS_PAD  # [M, 1] query head among the program's
-        dims = wide % HEAD_PAD  # [1, W] dim within a head
+        rows = tl.arange(0, BLOCK_Q * HEADS_PAD)[:, None]  # [M, 1]
+        in_group = rows % HEADS_PAD  # [M, 1] query head among the KV head's
         seq = pid
-        kv_first = tl.program_id(1).to(tl.int64)
+        kv_head = tl.program_id(1).to(tl.int64)
         tile_split = tl.program_id(2).to(tl.int64)
         first_q = (tile_split // NUM_SPLITS) * BLOCK_Q
         split = tile_split % NUM_SPLITS
@@ -98,7 +99,7 @@ def _paged_attention_kernel(
         context_len = tl.load(seq_lens_ptr + seq).to(tl.int64) - q_len  # keys before the new
         q_idx = first_q + rows // HEADS_PAD  # [M, 1] index among this sequence's new tokens
         token = q_start + q_idx
-        row_ok = (q_idx < q_len) & (in_program < KV_PER_PROGRAM * GROUP)
+        row_ok = (q_idx < q_len) & (in_group < GROUP)
         last_key = context_len + q_idx  # [M, 1] a row sees keys up to its own position
         kv_end = context_len + tl.minimum(first_q + BLOCK_Q, q_len)  # keys this tile needs
         # With several splits, each covers its own whole-tile share of [0, kv_end) (maybe none).
@@ -106,16 +107,14 @@ def _paged_attention_kernel(
         kv_lo = split * chunk
         kv_hi = tl.minimum(kv_lo + chunk, kv_end)
         table_row = block_tables_ptr + seq * stride_bt
-        head = kv_first * GROUP + in_program  # [M, 1] query head
-        col_kv = kv_first + wide // HEAD_PAD  # [1, W] KV head of each column
-        col_ok = (dims < head_dim) & (col_kv < num_kv_heads)  # [1, W]
-        q_offs = token * stride_t + head * stride_h + dims  # [M, W], also out's
-        q_mask = row_ok & col_ok & (col_kv == head // GROUP)  # [M, W]: a row's own KV head only
-        q = tl.load(query_ptr + q_offs, mask=q_mask, other=0.0)  # [M, W]
-        # K/V columns of padding (a KV head or dim past the real ones) read the slot's first
-        # value, so the loads need no mask: q is zero in those columns and their outputs are
-        # never stored.
-        col_offs = tl.where(col_ok, col_kv * stride_ch + dims, 0)  # [1, W] within a slot
+        head = kv_head * GROUP + in_group  # [M, 1] query head
+        col_ok = dims < head_dim  # [1, D]
+        q_offs = token * stride_t + head * stride_h + dims  # [M, D], also out's
+        q_mask = row_ok & col_ok  # [M, D]
+        q = tl.load(query_ptr + q_offs, mask=q_mask, other=0.0)  # [M, D]
+        # K/V columns past head_dim read the slot's first value, so the loads need no mask: q is
+        # zero in those columns and their outputs are never stored.
+        col_offs = tl.where(col_ok, kv_head * stride_ch + dims, 0)  # [1, D] within a slot
     if DOT_F32:
         q = q.to(tl.float32)
 
@@ -123,7 +122,7 @@ def _paged_attention_kernel(
     # re-patches the language on every call of one (~0.5 ms each).
     m_i = tl.full([BLOCK_Q * HEADS_PAD, 1], NEG_BIG, tl.float32)  # running max (base 2)
     l_i = tl.full([BLOCK_Q * HEADS_PAD, 1], 0.0, tl.float32)  # running sum
-    acc = tl.full([BLOCK_Q * HEADS_PAD, KV_PAD * HEAD_PAD], 0.0, tl.float32)  # [M, W]
+    acc = tl.full([BLOCK_Q * HEADS_PAD, HEAD_PAD], 0.0, tl.float32)  # [M, D]
     tile = tl.arange(0, TILE_N).to(tl.int64)
     for start in range(kv_lo, kv_hi, TILE_N):
         cols = start + tile  # [N]
@@ -135,17 +134,17 @@ def _paged_attention_kernel(
         if WHOLE_BATCH:
             entry = tl.load(key_entry_ptr + cols)  # [N] its table row + its logical block
             physical = tl.load(block_tables_ptr + entry).to(tl.int64)  # [N] physical blocks
-            slot_offs = tl.load(key_slot_ptr + cols)  # [N] its slot within the block (offset)
+            slot_offs = tl.load(key_slot_ptr + cols)  # [N] its slot and KV head (offset)
             visible = (across >= first_key) & (across <= last_key)  # [M, N]
             if SHARED_PREFIX:
-                visible = visible | (across <= shared_last)
+                visible = visible | ((across >= shared_first) & (across <= shared_last))
         else:
             pos = tl.minimum(cols, kv_end - 1)  # [N] position in the sequence
             physical = tl.load(table_row + pos // block_size).to(tl.int64)  # [N]
             slot_offs = (pos % block_size) * stride_cs
             visible = across <= last_key  # [M, N]
-        offs = (physical * stride_cb + slot_offs)[:, None] + col_offs  # [N, W]
-        k = tl.load(key_cache_ptr + offs)  # [N, W]
+        offs = (physical * stride_cb + slot_offs)[:, None] + col_offs  # [N, D]
+        k = tl.load(key_cache_ptr + offs)  # [N, D]
         if DOT_F32:
             k = k.to(tl.float32)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [M, N]
@@ -157,7 +156,7 @@ def _paged_attention_kernel(
         alpha = tl.exp2(m_i - m_new)  # [M, 1] rescales what was summed under the old max
         p = tl.exp2(s - m_new)  # [M, N]
         l_i = l_i * alpha + tl.reduce(p, 1, tl.standard._sum_combine, keep_dims=True)
-        v = tl.load(value_cache_ptr + offs)  # [N, W]
+        v = tl.load(value_cache_ptr + offs)  # [N, D]
         if DOT_F32:
             v = v.to(tl.float32)
         acc = acc * alpha + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
@@ -165,8 +164,8 @@ def _paged_attention_kernel(
 
     if WHOLE_BATCH:  # float32 rows, every one with a key (padding rows repeat the last row)
         tl.store(out_ptr + q_offs, acc / l_i)
-    elif NUM_SPLITS == 1:  # each row writes its own head's columns, where its query came from
-        out = acc / tl.where(row_ok, l_i, 1.0)  # [M, W]
+    elif NUM_SPLITS == 1:  # each row writes where its query came from
+        out = acc / tl.where(row_ok, l_i, 1.0)  # [M, D]
         tl.store(out_ptr + q_offs, out.to(out_ptr.dtype.element_ty), mask=q_mask)
     else:  # keep this split's unnormalised state; _merge_splits_kernel combines the splits
         part = (split * num_tokens + token) * num_heads + head  # [M, 1]
@@ -233,29 +232,30 @@ class WholeBatchLayout:
     """The whole-batch program layout, built by the wrapper with a few torch ops.
 
     Rows are the batch's (token, query head) pairs, token-major, padded to whole programs with
-    copies of the last row. Columns are the batch's keys laid end to end, padded by a tile: a
-    prefix that every sequence reads from the same blocks (`shared_prefix_len`) once, through
-    sequence 0's table row, then each sequence's other keys. A row (sequence s, position p) sees
-    the shared columns up to p and its own columns from the shared prefix's end up to p.
+    copies of the last row. Columns are (KV head, key) pairs: the batch's keys laid end to end
+    once per KV head, one KV head after another, padded by a tile. Keys that every sequence reads
+    from the same blocks (`shared_prefix_len`) come first, once, through sequence 0's table row;
+    then each sequence's other keys. A row (sequence s, position p, query head h) sees, among KV
+    head h // group's columns, s's other keys up to p and the shared keys up to p.
     """
 
-    query_rows: torch.Tensor  # [rows, W]: row (t, h) holds query[t, h] in KV head h // group's
-    #                           HEAD_PAD columns, zeros elsewhere
-    first_key: torch.Tensor  # [rows] int64: the column of the row's sequence's first own key
-    last_key: torch.Tensor  # [rows] int64: the row's own column (none own if < first_key)
-    shared_last: torch.Tensor  # [rows] int64: the last shared column it sees (-1: none)
-    key_entry: torch.Tensor  # [keys + tile] int64: offset of the key's block-table entry
+    query_rows: torch.Tensor  # [rows, HEAD_PAD] row (t, h) is query[t, h], zero-padded
+    first_key: torch.Tensor  # [rows] int64: the column of the row's sequence's first other key
+    last_key: torch.Tensor  # [rows] int64: the row's own column (none other if < first_key)
+    shared_first: torch.Tensor  # [rows] int64: the first shared column of the row's KV head
+    shared_last: torch.Tensor  # [rows] int64: the last one it sees (none if < shared_first)
+    key_entry: torch.Tensor  # [columns + tile] int64: offset of the key's block-table entry
     #                          (its sequence's row * stride + its logical block)
-    key_slot_offs: torch.Tensor  # [keys + tile] int64: the key's slot within its block, times
-    #                              the cache's slot stride
+    key_slot_offs: torch.Tensor  # [columns + tile] int64: offset of the key's slot within its
+    #                              block plus its KV head's within the slot
     program_lo: torch.Tensor  # [programs] int64: the first column a program walks
     program_end: torch.Tensor  # [programs] int64: one past its last
 
 
 def whole_batch_layout(query: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
                        query_start_loc: torch.Tensor, num_kv_heads: int, block_size: int,
-                       slot_stride: int, rows_per_program: int, head_pad: int, tile_n: int,
-                       shared: int = 0) -> WholeBatchLayout:
+                       slot_stride: int, head_stride: int, rows_per_program: int, head_pad: int,
+                       tile_n: int, shared: int = 0) -> WholeBatchLayout:
     """Lay out a batch for the whole-batch programs (see WholeBatchLayout); `shared` keys of
     every sequence are laid out once (at most `shared_prefix_len`)."""
     device = query.device
@@ -263,9 +263,11 @@ def whole_batch_layout(query: torch.Tensor, block_tables: torch.Tensor, seq_lens
     group = num_heads // num_kv_heads
     seq_lens = seq_lens.long()
     seq_ids = torch.arange(len(seq_lens), device=device)
-    counts = seq_lens - shared * (seq_ids > 0)  # [num_seqs] columns each sequence adds
+    skipped = shared * (seq_ids > 0)  # [num_seqs] positions sequence 0 lays out for it
+    counts = seq_lens - skipped  # [num_seqs] columns each sequence adds, per KV head
     key_start = torch.cumsum(counts, 0) - counts  # [num_seqs] its first column
-    skipped = shared * (seq_ids > 0)  # [num_seqs] its positions laid out by sequence 0
+    key_seq = torch.repeat_interleave(seq_ids, counts)  # [keys]
+    num_keys = len(key_seq)
     query_lens = (query_start_loc[1:] - query_start_loc[:-1]).long()  # [num_seqs]
     token_seq = torch.repeat_interleave(seq_ids, query_lens)  # [num_tokens]
     # A token's position: its sequence's length, less the new tokens after it (itself counted).
@@ -273,37 +275,34 @@ def whole_batch_layout(query: torch.Tensor, block_tables: torch.Tensor, seq_lens
     position = seq_lens[token_seq] - after  # [num_tokens]
     num_rows = num_tokens * num_heads
     padded_rows = triton.cdiv(num_rows, rows_per_program) * rows_per_program
-    row_token = (torch.arange(padded_rows, device=device) // num_heads).clamp(max=num_tokens - 1)
+    row = torch.arange(padded_rows, device=device)
+    row_token = (row // num_heads).clamp(max=num_tokens - 1)
     row_seq, row_pos = token_seq[row_token], position[row_token]  # [rows]
-    position_0 = key_start[row_seq] - skipped[row_seq]  # [rows] column its position 0 would have
-    first_key = position_0 + shared  # [rows]
-    last_key = position_0 + row_pos  # [rows]
-    shared_last = row_pos.clamp(max=shared - 1)  # [rows]
-    heads = torch.arange(num_heads, device=device)
-    query_rows = query.new_zeros(triton.cdiv(padded_rows, num_heads), num_heads,
-                                 triton.next_power_of_2(num_kv_heads), head_pad)
-    query_rows[:num_tokens, heads, heads // group, :head_dim] = query  # [T', H, KV_PAD, D_PAD]
-    query_rows = query_rows.view(-1, query_rows.shape[2] * head_pad)[:padded_rows]  # [rows, W]
-    key_seq = torch.repeat_interleave(seq_ids, counts)  # [keys]
-    key_pos = torch.arange(len(key_seq), device=device) - key_start[key_seq] + skipped[key_seq]
-    pad = (0, tile_n)  # the last tile may reach a tile past the keys: it reads key 0's block
-    key_entry = F.pad(key_seq * block_tables.stride(0) + key_pos // block_size, pad)
+    segment = (row % num_heads) // group * num_keys  # [rows] first column of its KV head
+    position_0 = segment + key_start[row_seq] - skipped[row_seq]  # [rows] where position 0 sits
+    first_key, last_key = position_0 + shared, position_0 + row_pos  # [rows]
+    shared_last = segment + row_pos.clamp(max=shared - 1)  # [rows] (segment - 1 if no sharing)
+    query_rows = F.pad(query.reshape(num_rows, head_dim),
+                       (0, head_pad - head_dim, 0, padded_rows - num_rows))  # [rows, HEAD_PAD]
+    key_pos = torch.arange(num_keys, device=device) - key_start[key_seq] + skipped[key_seq]
+    entry = key_seq * block_tables.stride(0) + key_pos // block_size  # [keys]
+    slot = key_pos % block_size * slot_stride  # [keys]
+    heads = torch.arange(num_kv_heads, device=device)[:, None] * head_stride  # [KV, 1]
+    pad = (0, tile_n)  # the last tile may reach a tile past the columns: it reads key 0's slot
     by_program = (-1, rows_per_program)
-    lo = first_key.view(by_program).amin(1) if not shared else torch.zeros_like(
-        first_key[::rows_per_program])  # [programs]
+    lo = (segment if shared else first_key).view(by_program).amin(1)  # [programs]
     end = torch.maximum(last_key, shared_last).view(by_program).amax(1) + 1  # [programs]
-    return WholeBatchLayout(query_rows.contiguous(), first_key, last_key, shared_last, key_entry,
-                            F.pad(key_pos % block_size * slot_stride, pad), lo, end)
+    return WholeBatchLayout(query_rows.contiguous(), first_key, last_key, segment, shared_last,
+                            F.pad(entry.repeat(num_kv_heads), pad),
+                            F.pad((slot + heads).reshape(-1), pad), lo, end)
 
 
 @cache
-def _column_offsets(num_kv_heads: int, head_dim: int, kv_pad: int, head_pad: int,
-                    stride_ch: int, device: torch.device) -> torch.Tensor:
-    """[KV_PAD * HEAD_PAD] int64: each column's (KV head, dim) offset within a slot; padding
-    columns read the slot's first value (their query is zero)."""
-    col = torch.arange(kv_pad * head_pad, device=device)
-    kv, dim = col // head_pad, col % head_pad
-    return torch.where((kv < num_kv_heads) & (dim < head_dim), kv * stride_ch + dim, 0)
+def _column_offsets(head_dim: int, head_pad: int, device: torch.device) -> torch.Tensor:
+    """[HEAD_PAD] int64: each column's dim within a slot's KV head; padding columns read the
+    head's first value (their query is zero)."""
+    dims = torch.arange(head_pad, device=device)
+    return torch.where(dims < head_dim, dims, 0)
 
 
 def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cache: torch.Tensor,
@@ -314,9 +313,10 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
     """Launch the kernel on inputs `check_paged_inputs` accepted (benchmarks time this alone).
 
     num_splits: how many programs share one tile's context (flash-decoding); None chooses.
-    whole_batch: one program per tile of the batch's tokens, all sequences and heads at once,
-    instead of one per (sequence, KV head, tile). None chooses it for the interpreter, where
-    each program and each op costs Python time; a GPU wants many small programs.
+    whole_batch: one program per tile of the batch's (token, query head) rows, all sequences
+    and heads at once, instead of one per (sequence, KV head, tile). None chooses it for the
+    interpreter, where each program and each op costs Python time; a GPU wants many small
+    programs.
     """
     query = query.contiguous()  # out shares its offsets
     out = torch.empty_like(query)  # [num_tokens, num_heads, head_dim]
@@ -328,35 +328,33 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
         raise ValueError("num_splits: splitting a context across programs needs "
                          "whole_batch=False")
     group = shapes.num_heads // shapes.num_kv_heads
-    kv_per_program = shapes.num_kv_heads if whole_batch else 1
-    kv_pad = triton.next_power_of_2(kv_per_program)
     head_pad = max(16, triton.next_power_of_2(shapes.head_dim))
+    shared = shared_prefix_len(block_tables, seq_lens, shapes.block_size) if whole_batch else 0
     # Tile sizes: on a GPU, 16..64 rows of (token, head) and 32..64 positions per step (smaller
     # for wide rows, to stay within shared memory); in the interpreter, fewer, larger tiles.
-    shared = shared_prefix_len(block_tables, seq_lens, shapes.block_size) if whole_batch else 0
     if query.is_cuda:
         max_rows = tile_n = 64 if head_pad * query.element_size() <= 256 else 32
-    elif whole_batch:  # a tile of keys wide enough for the batch's contexts, up to 512
-        columns = shapes.total_keys - shared * (shapes.num_seqs - 1)
-        max_rows, tile_n = 256, max(16, min(512, triton.next_power_of_2(columns)))
+    elif whole_batch:  # a tile of columns wide enough for the batch's contexts, up to 1024
+        columns = shapes.num_kv_heads * (shapes.total_keys - shared * (shapes.num_seqs - 1))
+        max_rows, tile_n = 256, max(16, min(1024, triton.next_power_of_2(columns)))
     else:
         max_rows, tile_n = 128, 256
     # Triton's interpreter keeps bfloat16 as raw 16-bit integers and cannot multiply them.
     dot_f32 = not query.is_cuda and query.dtype == torch.bfloat16
     if whole_batch:  # rows of (token, query head): as many a program as fit, at least 16
         heads_pad, num_splits = 1, 1  # (tl.dot needs 16 rows)
-        block_q = max(16, min(max_rows, triton.next_power_of_2(shapes.num_tokens * group
-                                                                * shapes.num_kv_heads)))
+        block_q = max(16, min(max_rows, triton.next_power_of_2(shapes.num_tokens
+                                                                * shapes.num_heads)))
         layout = whole_batch_layout(query, block_tables, seq_lens, query_start_loc,
                                     shapes.num_kv_heads, shapes.block_size, key_cache.stride(1),
-                                    block_q, head_pad, tile_n, shared)
-        rows = layout.query_rows  # [padded rows, W]
+                                    key_cache.stride(2), block_q, head_pad, tile_n, shared)
+        rows = layout.query_rows  # [padded rows, HEAD_PAD]
         kernel_out = torch.empty(rows.shape, dtype=torch.float32, device=query.device)
         grid = (rows.shape[0] // block_q, 1, 1)
-        in_slot = _column_offsets(shapes.num_kv_heads, shapes.head_dim, kv_pad, head_pad,
-                                  key_cache.stride(2), key_cache.device)
-        whole = (rows, layout.first_key, layout.last_key, layout.shared_last, layout.key_entry,
-                 layout.key_slot_offs, in_slot, layout.program_lo, layout.program_end)
+        whole = (rows, layout.first_key, layout.last_key, layout.shared_first,
+                 layout.shared_last, layout.key_entry, layout.key_slot_offs,
+                 _column_offsets(shapes.head_dim, head_pad, key_cache.device),
+                 layout.program_lo, layout.program_end)
     else:
         heads_pad = triton.next_power_of_2(group)
         min_q = max(1, 16 // heads_pad)  # tl.dot needs at least 16 rows
@@ -368,7 +366,7 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
                 shapes, shapes.num_seqs * shapes.num_kv_heads * q_tiles, query.device)
         grid = (shapes.num_seqs, shapes.num_kv_heads, q_tiles * num_splits)
         kernel_out = out
-        whole = (query, *(query_start_loc,) * 8)  # unused
+        whole = (query, *(query_start_loc,) * 9)  # unused
     partial_shape = (num_splits, shapes.num_tokens, shapes.num_heads)
     partial_m = torch.empty(partial_shape if num_splits > 1 else (1,), dtype=torch.float32,
                             device=query.device)  # [num_splits, num_tokens, num_heads]
@@ -382,20 +380,16 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
             shapes.scale * LOG2E,
             query.stride(0), query.stride(1),
             key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), block_tables.stride(0),
-            shapes.block_size, shapes.head_dim, shapes.num_kv_heads,
+            shapes.block_size, shapes.head_dim,
             partial_out, partial_m, partial_l, shapes.num_tokens, shapes.num_heads,
-            GROUP=group, KV_PER_PROGRAM=kv_per_program, HEADS_PAD=heads_pad,
-            KV_PAD=kv_pad, BLOCK_Q=block_q, HEAD_PAD=head_pad,
-            TILE_N=tile_n,
+            GROUP=group, HEADS_PAD=heads_pad, BLOCK_Q=block_q, HEAD_PAD=head_pad, TILE_N=tile_n,
             PRECISION="ieee" if query.dtype == torch.float32 or dot_f32 else "tf32",
             NUM_SPLITS=num_splits, DOT_F32=dot_f32, WHOLE_BATCH=whole_batch,
             SHARED_PREFIX=shared > 0,
         )
-    if whole_batch:  # row (t, h)'s output sits in KV head h // group's columns
-        heads = torch.arange(shapes.num_heads, device=query.device)
-        by_head = kernel_out[:shapes.num_tokens * shapes.num_heads].view(
-            shapes.num_tokens, shapes.num_heads, kv_pad, head_pad)  # [T, H, KV_PAD, D_PAD]
-        out.copy_(by_head[:, heads, heads // group, :shapes.head_dim])
+    if whole_batch:  # rows are (token, head) pairs
+        num_rows = shapes.num_tokens * shapes.num_heads
+        out.copy_(kernel_out[:num_rows, :shapes.head_dim].view(out.shape))
     if num_splits > 1:
         with kernel_launch():
             _merge_splits_kernel[(shapes.num_tokens, shapes.num_heads)](

@@ -220,9 +220,9 @@ def test_whole_batch_layout_lays_rows_and_contexts_end_to_end() -> None:
     tables = torch.tensor([[5, 7], [4, 0]], dtype=torch.int32)
     layout = whole_batch_layout(query, tables, torch.tensor([3, 2], dtype=torch.int32),
                                 torch.tensor([0, 1, 3], dtype=torch.int32), num_kv_heads=1,
-                                block_size=2, slot_stride=10, rows_per_program=4, head_pad=4,
-                                tile_n=2)
-    # rows: (token, head), padded from 6 to 8 with copies of the last row
+                                block_size=2, slot_stride=10, head_stride=100,
+                                rows_per_program=4, head_pad=4, tile_n=2)
+    # rows: (token, head), padded from 6 to 8 with copies of the last token's
     assert layout.first_key.tolist() == [0, 0, 3, 3, 3, 3, 3, 3]
     assert layout.last_key.tolist() == [2, 2, 3, 3, 4, 4, 4, 4]
     assert layout.query_rows.shape == (8, 4)
@@ -235,22 +235,23 @@ def test_whole_batch_layout_lays_rows_and_contexts_end_to_end() -> None:
     assert tables.view(-1)[layout.key_entry[:5]].tolist() == [5, 5, 7, 4, 4]
     # program 0: rows 0-3 (tokens 0, 1) walk keys [0, 4); program 1: rows 4-7 keys [3, 5)
     assert layout.program_lo.tolist() == [0, 3] and layout.program_end.tolist() == [4, 5]
+    assert (layout.shared_last < layout.shared_first).all()  # nothing shared
 
 
-def test_whole_batch_layout_puts_each_query_in_its_kv_heads_columns() -> None:
-    query = torch.randn(2, 4, 3)  # [T, H, D]: 4 query heads on 2 KV heads
-    layout = whole_batch_layout(query, torch.zeros(1, 1, dtype=torch.int32),
-                                torch.tensor([2], dtype=torch.int32),
-                                torch.tensor([0, 2], dtype=torch.int32), num_kv_heads=2,
-                                block_size=4, slot_stride=8, rows_per_program=16, head_pad=4,
-                                tile_n=16)
-    rows = layout.query_rows.view(16, 2, 4)  # [rows, KV head, D_PAD]
-    for t in range(2):
-        for h in range(4):
-            r = t * 4 + h
-            assert rows[r, h // 2, :3].equal(query[t, h])
-            assert not rows[r, 1 - h // 2].any() and not rows[r, h // 2, 3:].any()
-    assert not rows[8:].any()
+def test_whole_batch_layout_gives_each_kv_head_its_own_columns() -> None:
+    """One sequence of 3 keys (one new), 4 query heads on 2 KV heads: KV head 0's three columns,
+    then KV head 1's; query heads 0-1 see the first three, heads 2-3 the last three."""
+    query = torch.randn(1, 4, 3)  # [T, H, D]
+    layout = whole_batch_layout(query, torch.tensor([[6, 2]], dtype=torch.int32),
+                                torch.tensor([3], dtype=torch.int32),
+                                torch.tensor([0, 1], dtype=torch.int32), num_kv_heads=2,
+                                block_size=2, slot_stride=10, head_stride=100,
+                                rows_per_program=16, head_pad=4, tile_n=16)
+    assert layout.first_key[:4].tolist() == [0, 0, 3, 3]
+    assert layout.last_key[:4].tolist() == [2, 2, 5, 5]
+    assert layout.key_entry[:6].tolist() == [0, 0, 1, 0, 0, 1]
+    assert layout.key_slot_offs[:6].tolist() == [0, 10, 0, 100, 110, 100]
+    assert layout.query_rows[:4, :3].equal(query[0]) and not layout.query_rows[4:].any()
 
 
 def share_prefix(inputs: dict[str, torch.Tensor], blocks: int) -> dict[str, torch.Tensor]:
@@ -305,14 +306,15 @@ def test_whole_batch_layout_lays_a_shared_prefix_once() -> None:
     tables = torch.tensor([[6, 1, 2], [6, 3, 0]], dtype=torch.int32)
     layout = whole_batch_layout(torch.ones(2, 1, 2), tables, torch.tensor([5, 4]),
                                 torch.tensor([0, 1, 2]), num_kv_heads=1, block_size=2,
-                                slot_stride=1, rows_per_program=16, head_pad=16, tile_n=4,
-                                shared=2)
+                                slot_stride=1, head_stride=100, rows_per_program=16,
+                                head_pad=16, tile_n=4, shared=2)
     # columns: shared positions 0-1 and sequence 0's 2-4 (table row 0), sequence 1's 2-3 (row 1)
     assert tables.view(-1)[layout.key_entry[:7]].tolist() == [6, 6, 1, 1, 2, 3, 3]
     assert layout.key_slot_offs[:7].tolist() == [0, 1, 0, 1, 0, 0, 1]
     # row 0 (sequence 0, position 4) sees columns 2-4 and shared 0-1; row 1 (sequence 1,
     # position 3) sees columns 5-6 and shared 0-1
     assert layout.first_key[:2].tolist() == [2, 5] and layout.last_key[:2].tolist() == [4, 6]
+    assert layout.shared_first[:2].tolist() == [0, 0]
     assert layout.shared_last[:2].tolist() == [1, 1]
     assert layout.program_lo.tolist() == [0] and layout.program_end.tolist() == [7]
 
