@@ -233,10 +233,11 @@ class WholeBatchLayout:
 
     Rows are the batch's (token, query head) pairs, token-major, padded to whole programs with
     copies of the last row. Columns are (KV head, key) pairs: the batch's keys laid end to end
-    once per KV head, one KV head after another, padded by a tile. Keys that every sequence reads
-    from the same blocks (`shared_prefix_len`) come first, once, through sequence 0's table row;
-    then each sequence's other keys. A row (sequence s, position p, query head h) sees, among KV
-    head h // group's columns, s's other keys up to p and the shared keys up to p.
+    once per KV head, one KV head after another, padded by a tile. Within a KV head's columns,
+    keys that every sequence reads from the same blocks (`shared_prefix_len`) come first, once,
+    through sequence 0's table row; then each sequence's other keys. A row (sequence s, position
+    p, query head h) sees, among KV head h // group's columns, s's other keys up to p and the
+    shared keys up to p.
     """
 
     query_rows: torch.Tensor  # [rows, HEAD_PAD] row (t, h) is query[t, h], zero-padded
