@@ -15,26 +15,26 @@ Two layouts of programs, the same arithmetic:
 - whole batch (the interpreter, where each program and each op costs Python time): one program
   takes a tile of the batch's (token, query head) rows, from any sequences. Its columns are
   (KV head, key) pairs: the batch's contexts laid end to end, once per KV head. The wrapper lays
-  out the rows and columns with a few torch ops (~10x cheaper each than an interpreted op),
-  saying for each column which block-table entry holds its key's block (its sequence's row, its
-  logical block) and where the key's slot and KV head sit; the kernel still reads the physical
-  block from the table. A row sees only its own sequence's keys, in its own KV head's columns.
-  Keys that every sequence reads from the same physical blocks (forks of one prompt) are laid
-  out once. A decode step is then one program, not sequences x KV heads of them.
+  out the rows and columns (kernels/whole_batch.py) with a few torch ops (~10x cheaper each than
+  an interpreted op), saying for each column which block-table entry holds its key's block (its
+  sequence's row, its logical block) and where the key's slot and KV head sit; the kernel still
+  reads the physical block from the table. A row sees only its own sequence's keys, in its own
+  KV head's columns. Keys that every sequence reads from the same physical blocks (forks of one
+  prompt) are laid out once. A decode step is then one program, not sequences x KV heads of
+  them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 
 import torch
-import torch.nn.functional as F
 
 import lab.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 import triton
 import triton.language as tl
 from kernels.paged_inputs import AttentionShapes, check_paged_inputs
+from kernels.whole_batch import column_offsets, shared_prefix_len, whole_batch_layout
 from lab.backend import kernel_launch
 
 LOG2E = 1.4426950408889634
@@ -46,7 +46,7 @@ def _paged_attention_kernel(
     out_ptr, query_ptr, key_cache_ptr, value_cache_ptr,
     block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
     first_key_ptr, last_key_ptr, shared_first_ptr, shared_last_ptr, key_entry_ptr, key_slot_ptr,
-    col_offs_ptr, program_lo_ptr, program_end_ptr,  # ^ if WHOLE_BATCH (see WholeBatchLayout)
+    col_offs_ptr, program_lo_ptr, program_end_ptr,  # ^ if WHOLE_BATCH (kernels/whole_batch.py)
     qk_scale,  # softmax scale * log2(e): the kernel works in base 2
     stride_t, stride_h,  # of query and out (both contiguous)
     stride_cb, stride_cs, stride_ch, stride_bt,
@@ -215,97 +215,6 @@ def choose_num_splits(shapes: AttentionShapes, programs: int, device: torch.devi
     return max(1, min(triton.cdiv(2 * sms, programs), shapes.max_seq_len // 512, 16))
 
 
-def shared_prefix_len(block_tables: torch.Tensor, seq_lens: torch.Tensor,
-                      block_size: int) -> int:
-    """Keys every sequence of the batch reads from the same physical blocks: the leading
-    block-table entries equal in every row, in whole blocks every sequence fills (forks of one
-    prompt share its full blocks). 0 for a single sequence (nothing to share)."""
-    if len(seq_lens) < 2:
-        return 0
-    full = int(seq_lens.min()) // block_size  # blocks every sequence fills
-    same = (block_tables[:, :full] == block_tables[:1, :full]).all(0)  # [full]
-    return int(same.long().cumprod(0).sum()) * block_size
-
-
-@dataclass(frozen=True)
-class WholeBatchLayout:
-    """The whole-batch program layout, built by the wrapper with a few torch ops.
-
-    Rows are the batch's (token, query head) pairs, token-major, padded to whole programs with
-    copies of the last row. Columns are (KV head, key) pairs: the batch's keys laid end to end
-    once per KV head, one KV head after another, padded by a tile. Within a KV head's columns,
-    keys that every sequence reads from the same blocks (`shared_prefix_len`) come first, once,
-    through sequence 0's table row; then each sequence's other keys. A row (sequence s, position
-    p, query head h) sees, among KV head h // group's columns, s's other keys up to p and the
-    shared keys up to p.
-    """
-
-    query_rows: torch.Tensor  # [rows, HEAD_PAD] row (t, h) is query[t, h], zero-padded
-    first_key: torch.Tensor  # [rows] int64: the column of the row's sequence's first other key
-    last_key: torch.Tensor  # [rows] int64: the row's own column (none other if < first_key)
-    shared_first: torch.Tensor  # [rows] int64: the first shared column of the row's KV head
-    shared_last: torch.Tensor  # [rows] int64: the last one it sees (none if < shared_first)
-    key_entry: torch.Tensor  # [columns + tile] int64: offset of the key's block-table entry
-    #                          (its sequence's row * stride + its logical block)
-    key_slot_offs: torch.Tensor  # [columns + tile] int64: offset of the key's slot within its
-    #                              block plus its KV head's within the slot
-    program_lo: torch.Tensor  # [programs] int64: the first column a program walks
-    program_end: torch.Tensor  # [programs] int64: one past its last
-
-
-def whole_batch_layout(query: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
-                       query_start_loc: torch.Tensor, num_kv_heads: int, block_size: int,
-                       slot_stride: int, head_stride: int, rows_per_program: int, head_pad: int,
-                       tile_n: int, shared: int = 0) -> WholeBatchLayout:
-    """Lay out a batch for the whole-batch programs (see WholeBatchLayout); `shared` keys of
-    every sequence are laid out once (at most `shared_prefix_len`)."""
-    device = query.device
-    num_tokens, num_heads, head_dim = query.shape
-    group = num_heads // num_kv_heads
-    seq_lens = seq_lens.long()
-    seq_ids = torch.arange(len(seq_lens), device=device)
-    skipped = shared * (seq_ids > 0)  # [num_seqs] positions sequence 0 lays out for it
-    counts = seq_lens - skipped  # [num_seqs] columns each sequence adds, per KV head
-    key_start = torch.cumsum(counts, 0) - counts  # [num_seqs] its first column
-    key_seq = torch.repeat_interleave(seq_ids, counts)  # [keys]
-    num_keys = len(key_seq)
-    query_lens = (query_start_loc[1:] - query_start_loc[:-1]).long()  # [num_seqs]
-    token_seq = torch.repeat_interleave(seq_ids, query_lens)  # [num_tokens]
-    # A token's position: its sequence's length, less the new tokens after it (itself counted).
-    after = query_start_loc[1:].long()[token_seq] - torch.arange(num_tokens, device=device)
-    position = seq_lens[token_seq] - after  # [num_tokens]
-    num_rows = num_tokens * num_heads
-    padded_rows = triton.cdiv(num_rows, rows_per_program) * rows_per_program
-    row = torch.arange(padded_rows, device=device)
-    row_token = (row // num_heads).clamp(max=num_tokens - 1)
-    row_seq, row_pos = token_seq[row_token], position[row_token]  # [rows]
-    segment = (row % num_heads) // group * num_keys  # [rows] first column of its KV head
-    position_0 = segment + key_start[row_seq] - skipped[row_seq]  # [rows] where position 0 sits
-    first_key, last_key = position_0 + shared, position_0 + row_pos  # [rows]
-    shared_last = segment + row_pos.clamp(max=shared - 1)  # [rows] (segment - 1 if no sharing)
-    query_rows = F.pad(query.reshape(num_rows, head_dim),
-                       (0, head_pad - head_dim, 0, padded_rows - num_rows))  # [rows, HEAD_PAD]
-    key_pos = torch.arange(num_keys, device=device) - key_start[key_seq] + skipped[key_seq]
-    entry = key_seq * block_tables.stride(0) + key_pos // block_size  # [keys]
-    slot = key_pos % block_size * slot_stride  # [keys]
-    heads = torch.arange(num_kv_heads, device=device)[:, None] * head_stride  # [KV, 1]
-    pad = (0, tile_n)  # the last tile may reach a tile past the columns: it reads key 0's slot
-    by_program = (-1, rows_per_program)
-    lo = (segment if shared else first_key).view(by_program).amin(1)  # [programs]
-    end = torch.maximum(last_key, shared_last).view(by_program).amax(1) + 1  # [programs]
-    return WholeBatchLayout(query_rows.contiguous(), first_key, last_key, segment, shared_last,
-                            F.pad(entry.repeat(num_kv_heads), pad),
-                            F.pad((slot + heads).reshape(-1), pad), lo, end)
-
-
-@cache
-def _column_offsets(head_dim: int, head_pad: int, device: torch.device) -> torch.Tensor:
-    """[HEAD_PAD] int64: each column's dim within a slot's KV head; padding columns read the
-    head's first value (their query is zero)."""
-    dims = torch.arange(head_pad, device=device)
-    return torch.where(dims < head_dim, dims, 0)
-
-
 def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cache: torch.Tensor,
                            value_cache: torch.Tensor, block_tables: torch.Tensor,
                            seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
@@ -354,7 +263,7 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
         grid = (rows.shape[0] // block_q, 1, 1)
         whole = (rows, layout.first_key, layout.last_key, layout.shared_first,
                  layout.shared_last, layout.key_entry, layout.key_slot_offs,
-                 _column_offsets(shapes.head_dim, head_pad, key_cache.device),
+                 column_offsets(shapes.head_dim, head_pad, key_cache.device),
                  layout.program_lo, layout.program_end)
     else:
         heads_pad = triton.next_power_of_2(group)

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from kernels.paged_attention import (launch_paged_attention, paged_attention, shared_prefix_len,
-                                     whole_batch_layout)
+from kernels.paged_attention import launch_paged_attention, paged_attention
 from kernels.paged_inputs import check_paged_inputs
 from kernels.reference import dense_attention, gather_kv, online_softmax_steps
+from kernels.whole_batch import shared_prefix_len, whole_batch_layout
 
 
 @dataclass(frozen=True)
