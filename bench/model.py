@@ -22,7 +22,6 @@ the same turn. Times include Python overhead.
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import statistics
 import sys
@@ -73,9 +72,8 @@ def lockstep(lm: LoadedModel, rows: list[tuple[str, KernelPlan | None]], batch: 
              for kind, plan in rows]
     outs: list[dict[int, list[int]]] = [{} for _ in rows]
     live = list(range(len(rows)))
-    for turn in itertools.count():
-        if not live:
-            break
+    turn = 0
+    while live:
         for i in live[turn % len(live):] + live[:turn % len(live)]:  # rotate who goes first
             wall, cpu = time.perf_counter(), time.process_time()
             step = next(steps[i], None)  # the forward pass that produced this step's logits
@@ -89,6 +87,7 @@ def lockstep(lm: LoadedModel, rows: list[tuple[str, KernelPlan | None]], batch: 
                 times[i].cpus.append(cpu)
             for seq_id, token in step.tokens.items():
                 outs[i].setdefault(seq_id, []).append(token)
+        turn += 1
     for t, out in zip(times, outs):
         t.tokens = [out[k] for k in sorted(out)]
 
@@ -115,8 +114,8 @@ def main() -> None:
           f"on {os.cpu_count()} CPUs; torch threads {torch.get_num_threads()}; "
           f"{args.tokens} new tokens per sequence, greedy, float32; {args.rounds} rounds, the "
           "rows in lockstep (paged/dense: the median of the step-by-step ratios)")
-    lockstep(lm, [(kind, plan) for _, kind, plan in rows], 1, 4,
-             [RowTimes() for _ in rows])  # warm-up: first calls allocate and import lazily
+    caches = [(kind, plan) for _, kind, plan in rows]
+    lockstep(lm, caches, 1, 4, [RowTimes() for _ in rows])  # warm-up: first calls allocate
     print(f"| {'cache':34} | batch | tok/s | decode tok/s | CPU ms/step | paged/dense "
           "| same tokens |")
     print(f"|{'-' * 36}|------:|------:|-------------:|------------:|------------:"
@@ -126,7 +125,7 @@ def main() -> None:
         times = [RowTimes() for _ in rows]
         same = [True] * len(rows)
         for _ in range(args.rounds):
-            lockstep(lm, [(kind, plan) for _, kind, plan in rows], batch, args.tokens, times)
+            lockstep(lm, caches, batch, args.tokens, times)
             same = [ok and t.tokens == times[0].tokens for ok, t in zip(same, times)]
         dense = times[0]
         for (label, _, _), row, ok in zip(rows, times, same):
@@ -135,6 +134,7 @@ def main() -> None:
             print(f"| {label:34} | {batch:5} | {total:5.1f} | {batch / median(row.walls):12.1f} "
                   f"| {1000 * median(row.cpus):11.0f} | {ratio:11.2f} | "
                   f"{'yes' if ok else 'NO':^11} |", flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -34,7 +34,7 @@ import lab.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 import triton
 import triton.language as tl
 from kernels.paged_inputs import AttentionShapes, check_paged_inputs
-from kernels.whole_batch import column_offsets, shared_prefix_len, whole_batch_layout
+from kernels.whole_batch import WholeBatchLayout, shared_prefix_len, whole_batch_layout
 from lab.backend import kernel_launch
 
 LOG2E = 1.4426950408889634
@@ -46,7 +46,7 @@ def _paged_attention_kernel(
     out_ptr, query_ptr, key_cache_ptr, value_cache_ptr,
     block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
     first_key_ptr, last_key_ptr, shared_first_ptr, shared_last_ptr, key_entry_ptr, key_slot_ptr,
-    col_offs_ptr, program_lo_ptr, program_end_ptr,  # ^ if WHOLE_BATCH (kernels/whole_batch.py)
+    program_lo_ptr, program_end_ptr,  # ^ used if WHOLE_BATCH (kernels/whole_batch.py)
     qk_scale,  # softmax scale * log2(e): the kernel works in base 2
     stride_t, stride_h,  # of query and out (both contiguous)
     stride_cb, stride_cs, stride_ch, stride_bt,
@@ -68,6 +68,9 @@ def _paged_attention_kernel(
     # int32 arange needs no cast where it meets an int64 first (the op is then int64).
     pid = tl.program_id(0).to(tl.int64)
     dims = tl.arange(0, HEAD_PAD)[None, :]  # [1, D]
+    col_ok = dims < head_dim  # [1, D]
+    # K/V columns past head_dim read their KV head's first value, so the loads need no mask:
+    # q is zero in those columns and their outputs are never stored.
     if WHOLE_BATCH:  # program: BLOCK_Q consecutive rows of the wrapper's rows (HEADS_PAD is 1)
         rows = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)[:, None]  # [M, 1]
         q_offs = rows * HEAD_PAD + dims  # [M, D] the wrapper's query rows, also out's
@@ -83,7 +86,7 @@ def _paged_attention_kernel(
         kv_lo = tl.load(program_lo_ptr + pid)  # the program's columns
         kv_end = tl.load(program_end_ptr + pid)
         kv_hi = kv_end
-        col_offs = tl.load(col_offs_ptr + dims)  # [1, D] within a slot's KV head
+        col_offs = tl.where(col_ok, dims, 0)  # [1, D] within the KV head (key_slot_offs has it)
     else:  # program (sequence, KV head, tile of that sequence's new tokens[, split])
         rows = tl.arange(0, BLOCK_Q * HEADS_PAD)[:, None]  # [M, 1]
         in_group = rows % HEADS_PAD  # [M, 1] query head among the KV head's
@@ -108,12 +111,9 @@ def _paged_attention_kernel(
         kv_hi = tl.minimum(kv_lo + chunk, kv_end)
         table_row = block_tables_ptr + seq * stride_bt
         head = kv_head * GROUP + in_group  # [M, 1] query head
-        col_ok = dims < head_dim  # [1, D]
         q_offs = token * stride_t + head * stride_h + dims  # [M, D], also out's
         q_mask = row_ok & col_ok  # [M, D]
         q = tl.load(query_ptr + q_offs, mask=q_mask, other=0.0)  # [M, D]
-        # K/V columns past head_dim read the slot's first value, so the loads need no mask: q is
-        # zero in those columns and their outputs are never stored.
         col_offs = tl.where(col_ok, kv_head * stride_ch + dims, 0)  # [1, D] within a slot
     if DOT_F32:
         q = q.to(tl.float32)
@@ -261,10 +261,7 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
         rows = layout.query_rows  # [padded rows, HEAD_PAD]
         kernel_out = torch.empty(rows.shape, dtype=torch.float32, device=query.device)
         grid = (rows.shape[0] // block_q, 1, 1)
-        whole = (rows, layout.first_key, layout.last_key, layout.shared_first,
-                 layout.shared_last, layout.key_entry, layout.key_slot_offs,
-                 column_offsets(shapes.head_dim, head_pad, key_cache.device),
-                 layout.program_lo, layout.program_end)
+        whole = layout.kernel_args()
     else:
         heads_pad = triton.next_power_of_2(group)
         min_q = max(1, 16 // heads_pad)  # tl.dot needs at least 16 rows
@@ -276,7 +273,7 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
                 shapes, shapes.num_seqs * shapes.num_kv_heads * q_tiles, query.device)
         grid = (shapes.num_seqs, shapes.num_kv_heads, q_tiles * num_splits)
         kernel_out = out
-        whole = (query, *(query_start_loc,) * 9)  # unused
+        whole = (query, *(query_start_loc,) * (WholeBatchLayout.num_args() - 1))  # unused
     partial_shape = (num_splits, shapes.num_tokens, shapes.num_heads)
     partial_m = torch.empty(partial_shape if num_splits > 1 else (1,), dtype=torch.float32,
                             device=query.device)  # [num_splits, num_tokens, num_heads]

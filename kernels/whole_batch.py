@@ -6,8 +6,7 @@ reads every key's physical block from the block table; see kernels/paged_attenti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +52,14 @@ class WholeBatchLayout:
     program_lo: torch.Tensor  # [programs] int64: the first column a program walks
     program_end: torch.Tensor  # [programs] int64: one past its last
 
+    def kernel_args(self) -> tuple[torch.Tensor, ...]:
+        """The fields in the order the kernel takes them (query_ptr, first_key_ptr, ...)."""
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    @classmethod
+    def num_args(cls) -> int:
+        return len(fields(cls))
+
 
 def whole_batch_layout(query: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
                        query_start_loc: torch.Tensor, num_kv_heads: int, block_size: int,
@@ -97,11 +104,3 @@ def whole_batch_layout(query: torch.Tensor, block_tables: torch.Tensor, seq_lens
     return WholeBatchLayout(query_rows.contiguous(), first_key, last_key, segment, shared_last,
                             F.pad(entry.repeat(num_kv_heads), pad),
                             F.pad((slot + heads).reshape(-1), pad), lo, end)
-
-
-@cache
-def column_offsets(head_dim: int, head_pad: int, device: torch.device) -> torch.Tensor:
-    """[HEAD_PAD] int64: each column's dim within a slot's KV head; padding columns read the
-    head's first value (their query is zero)."""
-    dims = torch.arange(head_pad, device=device)
-    return torch.where(dims < head_dim, dims, 0)
