@@ -7,7 +7,7 @@ KV-size calculator, real model.
 
 import streamlit as st
 
-import lab.backend  # noqa: F401  (decides the device before Triton loads)
+import kernels.backend  # noqa: F401  (decides the device before Triton loads)
 from ui.state import CURRENT_PAGE
 
 st.set_page_config(page_title="PagedAttention Lab", page_icon="🧱", layout="wide")

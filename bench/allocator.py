@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lab.backend import backend  # noqa: E402
-from lab.block_pool import PoolExhausted  # noqa: E402
-from lab.cache_manager import KVCacheManager  # noqa: E402
-from lab.kv_pool import PoolConfig  # noqa: E402
-from lab.synthetic_kv import SyntheticKV  # noqa: E402
+from kernels.backend import backend  # noqa: E402
+from lab.memory.block_pool import PoolExhausted  # noqa: E402
+from lab.memory.cache_manager import KVCacheManager  # noqa: E402
+from lab.memory.kv_pool import PoolConfig  # noqa: E402
+from lab.serving.synthetic_kv import SyntheticKV  # noqa: E402
 
 
 def replay(requests: int, seed: int, store_kv: bool, num_blocks: int) -> dict:
@@ -96,7 +96,7 @@ def main() -> None:
     ap.add_argument("--kv-requests", type=int, default=30,
                     help="requests for the run that writes real K/V (slow in the interpreter)")
     args = ap.parse_args()
-    print(f"backend: {backend().describe()}")
+    print(f"backend: {backend().label}")
     print(f"{'mode':<22}{'requests':>9}{'block ops':>11}{'tokens':>9}{'wall s':>9}"
           f"{'block ops/s':>13}{'tokens/s':>10}{'prefix hit':>11}")
     for mode, n, store in (("allocator only", args.requests, False),

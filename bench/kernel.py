@@ -27,7 +27,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from kernels.paged_attention import launch_paged_attention  # noqa: E402
 from kernels.paged_inputs import check_paged_inputs  # noqa: E402
-from lab.backend import backend  # noqa: E402
+from kernels.backend import backend  # noqa: E402
 
 BLOCK_SIZE = 16
 
@@ -125,7 +125,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write results (.json or .md)")
     args = parser.parse_args()
 
-    machine = backend().describe()
+    machine = backend().label
     if backend().is_cuda:
         heads, kv_heads, head_dim, dtype = 32, 8, 128, torch.bfloat16
         configs = [(b, c) for b in (1, 8, 32, 64, 128, 256) for c in (512, 2048, 8192, 32768)]

@@ -33,12 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from lab.backend import backend  # noqa: E402
-from lab.cache_manager import KVCacheManager  # noqa: E402
-from lab.dense_cache import DenseKVCache  # noqa: E402
-from lab.generation import SamplingParams, SequenceCache, generate  # noqa: E402
-from lab.gguf_model import LoadedModel, load_smollm2  # noqa: E402
-from lab.paged_generation import KernelPlan, PagedKVCache, pool_config_for  # noqa: E402
+from kernels.backend import backend  # noqa: E402
+from lab.memory.cache_manager import KVCacheManager  # noqa: E402
+from lab.model.dense_cache import DenseKVCache  # noqa: E402
+from lab.model.generation import SamplingParams, SequenceCache, generate  # noqa: E402
+from lab.model.gguf import LoadedModel, load_smollm2  # noqa: E402
+from lab.model.paged_cache import KernelPlan, PagedKVCache, pool_config_for  # noqa: E402
 
 PROMPT = "Write a short story about a robot who learns to paint."
 
@@ -110,7 +110,7 @@ def main() -> None:
     default_plan = "every layer" if backend().is_cuda else "one layer"
     rows = [("dense", "dense", None), (f"paged ({default_plan} Triton)", "paged", None),
             ("paged, gather only", "paged", "none")]
-    print(f"backend: {backend().describe()}; load average {os.getloadavg()[0]:.1f} "
+    print(f"backend: {backend().label}; load average {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} CPUs; torch threads {torch.get_num_threads()}; "
           f"{args.tokens} new tokens per sequence, greedy, float32; {args.rounds} rounds, the "
           "rows in lockstep (paged/dense: the median of the step-by-step ratios)")

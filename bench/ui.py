@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from lab.attention_view import replay_attention  # noqa: E402
-from lab.backend import backend  # noqa: E402
+from lab.scenarios.attention import replay_attention  # noqa: E402
+from kernels.backend import backend  # noqa: E402
 from lab.figures.blocks import block_table_figure, pool_grid, token_strip  # noqa: E402
-from lab.walkthrough import WalkParams, replay_walk  # noqa: E402
+from lab.scenarios.block_tables import WalkParams, replay_walk  # noqa: E402
 from tests.browser.harness import (CHROMIUM, IDLE_JS, STEP_THUMB, VIEWPORT,  # noqa: E402
                                    click_control, current_step, launch_chromium, open_page,
                                    serve_app)
@@ -124,7 +124,7 @@ def main() -> None:
     args = parser.parse_args()
     if not CHROMIUM.exists():
         sys.exit(f"{CHROMIUM} not found: this benchmark needs Debian's chromium")
-    print(f"backend: {backend().describe()}; viewport {VIEWPORT['width']}x{VIEWPORT['height']}; "
+    print(f"backend: {backend().label}; viewport {VIEWPORT['width']}x{VIEWPORT['height']}; "
           f"{args.clicks} clicks each, {args.think:g} s apart; median (min-max) ms from the "
           "click event to settled, on the page's clock\n")
     print("| page | Step (new step) | Back (cached step) | Step, from Playwright's click call "

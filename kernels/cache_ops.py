@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-import lab.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
+import kernels.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 import triton
 import triton.language as tl
-from lab.backend import backend, kernel_launch
+from kernels.backend import backend, kernel_launch
 
 CACHE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)

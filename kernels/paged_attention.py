@@ -30,12 +30,12 @@ from functools import cache
 
 import torch
 
-import lab.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
+import kernels.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 import triton
 import triton.language as tl
 from kernels.paged_inputs import AttentionShapes, check_paged_inputs
 from kernels.whole_batch import WholeBatchLayout, shared_prefix_len, whole_batch_layout
-from lab.backend import kernel_launch
+from kernels.backend import kernel_launch
 
 LOG2E = 1.4426950408889634
 NEG_BIG = tl.constexpr(-1.0e30)  # running-max start: finite, so masked rows never give NaN

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lab.backend import backend
+from kernels.backend import backend
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 

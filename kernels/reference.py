@@ -4,6 +4,10 @@ This is the ground truth the Triton kernel is checked against. It computes in fl
 ordinary torch ops, one sequence at a time, and shares nothing with the kernel but the input
 checks. `online_softmax_steps` replays the kernel's per-block softmax bookkeeping for one head,
 so a page can show how the running max and running sum evolve block by block.
+
+`compare` is the lab's one kernel check: the kernel's output against this reference, judged by
+`TOLERANCES` (one rule per dtype). Pages, the scheduler's iteration records and the tests all
+use it, so "the kernel matches" means the same thing everywhere.
 """
 
 from __future__ import annotations
@@ -91,3 +95,60 @@ def online_softmax_steps(query: torch.Tensor, keys: torch.Tensor, values: torch.
         running_max = new_max
         steps.append(SoftmaxStep(block, running_max, running_sum, acc / running_sum))
     return steps
+
+
+# -- the kernel check ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a kernel's output may be from the float64 reference, for one dtype.
+
+    relative: max |out - ref| / max |ref| < rtol (float32, where every element is accurate).
+    allclose: |out - ref| <= atol + rtol * |ref| elementwise (half precisions, whose inputs
+    are already rounded to 8-11 bits of mantissa).
+    """
+
+    kind: str  # "relative" or "allclose"
+    rtol: float
+    atol: float = 0.0
+
+    def holds(self, out: torch.Tensor, ref: torch.Tensor, rel_error: float) -> bool:
+        if self.kind == "relative":
+            return rel_error < self.rtol
+        return bool(torch.allclose(out, ref, atol=self.atol, rtol=self.rtol))
+
+    def describe(self, dtype: torch.dtype) -> str:
+        name = str(dtype).removeprefix("torch.")
+        if self.kind == "relative":
+            return f"{name}: relative error < {self.rtol:g}"
+        return f"{name}: atol {self.atol:g}, rtol {self.rtol:g}"
+
+
+TOLERANCES: dict[torch.dtype, Tolerance] = {
+    torch.float32: Tolerance("relative", 1e-5),
+    torch.float16: Tolerance("allclose", 1e-2, 1.5e-2),
+    torch.bfloat16: Tolerance("allclose", 1e-2, 1.5e-2),
+}
+
+
+@dataclass(frozen=True)
+class AttentionCheck:
+    """The kernel's output against the dense reference, and the verdict."""
+
+    max_abs_error: float  # max |kernel - reference| over every output element
+    rel_error: float  # max_abs_error / max |reference|
+    ok: bool  # within TOLERANCES for the output's dtype
+    tolerance: str  # the rule, in words, for a badge's help text
+    num_seqs: int
+    output: torch.Tensor  # kernel output [num_tokens, num_heads, head_dim], on the CPU
+    reference: torch.Tensor  # dense output, the same shape
+
+
+def compare(output: torch.Tensor, reference: torch.Tensor, num_seqs: int) -> AttentionCheck:
+    """Judge `output` against `reference` (same shape) by the output dtype's tolerance."""
+    out, ref = output.double().cpu(), reference.double().cpu()
+    max_abs = (out - ref).abs().max().item() if out.numel() else 0.0
+    scale = ref.abs().max().item() if ref.numel() else 0.0
+    rel = max_abs / scale if scale > 0 else max_abs
+    tol = TOLERANCES[output.dtype]
+    return AttentionCheck(max_abs, rel, tol.holds(out, ref, rel), tol.describe(output.dtype),
+                          num_seqs, output.cpu(), reference.cpu())

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 import torch
 import torch.nn.functional as F
 
-import lab.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
+import kernels.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 import triton
 
 

@@ -2,10 +2,10 @@
 
 import streamlit as st
 
-from lab.attention_view import MAX_PLACEMENTS, can_relocate, replay_attention
+from lab.scenarios.attention import MAX_PLACEMENTS, can_relocate, replay_attention
 from lab.figures.blocks import legend_markdown, pool_grid
-from lab.walkthrough import REQUEST_NAMES
-from ui.attention_check import attention_badge
+from lab.scenarios.block_tables import REQUEST_NAMES
+from ui.kernel_badge import attention_badge
 from ui.export import export_trace
 from ui.layout import explain, settings, show_figure
 from ui.predict import predict

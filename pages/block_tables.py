@@ -3,10 +3,10 @@
 import streamlit as st
 
 from lab.figures.blocks import block_table_figure, legend_markdown, pool_grid, token_strip
-from lab.sequence import blocks_for
-from lab.walkthrough import (blocks_held, describe_step, final_tail_slots, last_step, replay_walk,
+from lab.memory.block_table import blocks_for
+from lab.scenarios.block_tables import (blocks_held, describe_step, final_tail_slots, last_step, replay_walk,
                              walk_requests)
-from ui.attention_check import attention_badge
+from ui.kernel_badge import attention_badge
 from ui.export import export_trace
 from ui.layout import bullets, explain, settings, show_figure
 from ui.predict import predict

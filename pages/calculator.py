@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-from lab.capacity import (GIB, LAB_MAX_BLOCK_SIZE, LAB_MAX_BLOCKS, LAB_MIN_BLOCKS,
+from lab.sizing.capacity import (GIB, LAB_MAX_BLOCK_SIZE, LAB_MAX_BLOCKS, LAB_MIN_BLOCKS,
                           capacity_sheet, lab_pool, load_gpus, weight_bytes_per_gpu)
 from lab.figures.calculator import kv_dtype_figure, kv_vs_context_figure, memory_split_figure
-from lab.kv_formula import KV_DTYPES, batch_latex, format_bytes, kv_layout, per_token_latex
-from lab.model_config import (LIMITS, MAX_CONFIG_BYTES, WEIGHT_DTYPES, ConfigError, ModelSpec,
-                              load_presets, read_config)
+from lab.sizing.kv_formula import KV_DTYPES, batch_latex, format_bytes, kv_layout, per_token_latex
+from lab.sizing.config_reader import MAX_CONFIG_BYTES, read_hf_config
+from lab.sizing.model_spec import LIMITS, WEIGHT_DTYPES, ConfigError, ModelSpec, load_presets
 from ui.layout import explain, settings, show_figure
 from ui.sidebar import sidebar
 from ui.state import choice_param, float_param, int_param
@@ -47,7 +47,7 @@ def _fill(spec: ModelSpec) -> None:
 def _load_config(data: str | bytes, name: str) -> None:
     """Callback: read a config.json into the fields, or keep its errors for display."""
     try:
-        spec = read_config(data, name)
+        spec = read_hf_config(data, name)
     except ConfigError as err:
         st.session_state[CONFIG_ERRORS], st.session_state[CONFIG_NOTES] = err.errors, []
         return

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from lab.beams import BranchConfig, BranchScenario, branch_name, describe, run, trace_json
+from lab.scenarios.copy_on_write import BranchConfig, BranchScenario, branch_name, describe, run, trace_json
 from lab.figures.blocks import block_table_figure, legend_markdown, pool_grid
 from lab.figures.cow import memory_figure
 from ui.export import export_trace

@@ -2,17 +2,17 @@
 
 import streamlit as st
 
-from lab.block_pool import PoolExhausted
+from lab.memory.block_pool import PoolExhausted
 from lab.figures.blocks import legend_markdown, pool_grid, sequence_colors, token_strip
 from lab.figures.model import block_marked_html, layer_service_figure
-from lab.generation import SamplingParams
-from lab.gguf_model import LoadedModel, ModelFileMissing, load_smollm2
-from lab.kv_formula import format_bytes
-from lab.model_session import (Frame, ModelSession, RequestResult, kernel_summary,
+from lab.model.generation import SamplingParams
+from lab.model.gguf import LoadedModel, ModelFileMissing, load_smollm2
+from lab.sizing.kv_formula import format_bytes
+from lab.model.session import (GenerationFrame, ModelSession, RequestResult, kernel_summary,
                                size_check)
-from lab.paged_generation import KERNEL
-from lab.tokenizer import DEFAULT_SYSTEM_PROMPT
-from ui.attention_check import attention_badge
+from lab.model.paged_cache import KERNEL
+from lab.model.tokenizer import DEFAULT_SYSTEM_PROMPT
+from ui.kernel_badge import attention_badge
 from ui.layout import explain, settings, show_figure
 from ui.sidebar import sidebar
 from ui.state import choice_param, float_param, int_param, seed
@@ -89,12 +89,12 @@ if st.session_state.get("model_pool_key") != pool_key:  # this user's own pool
 session: ModelSession = st.session_state["model_session"]
 
 
-def names_for(frame: Frame, short: bool = False) -> dict[int, str]:
+def names_for(frame: GenerationFrame, short: bool = False) -> dict[int, str]:
     label = "S{}" if short else "sample {}"
     return {seq_id: label.format(i + 1) for i, seq_id in enumerate(sorted(frame.tokens))}
 
 
-def draw_texts(frame: Frame, prompt_len: int) -> None:
+def draw_texts(frame: GenerationFrame, prompt_len: int) -> None:
     colors, names = sequence_colors(frame.snapshot), names_for(frame)
     for seq_id, tokens in sorted(frame.tokens.items()):
         pieces = [loaded.tokenizer.token_text(t) for t in tokens]
@@ -104,7 +104,7 @@ def draw_texts(frame: Frame, prompt_len: int) -> None:
                     unsafe_allow_html=True)
 
 
-def pool_figure(frame: Frame, copies: dict[int, int]):
+def pool_figure(frame: GenerationFrame, copies: dict[int, int]):
     labels = {dst: f"←{src}" for dst, src in copies.items()}
     return pool_grid(frame.snapshot, names_for(frame, short=True), highlight=list(labels),
                      highlight_labels=labels, columns=8, title="Physical KV pool")

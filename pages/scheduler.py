@@ -2,11 +2,11 @@
 
 import streamlit as st
 
-from lab.backend import backend
+from kernels.backend import backend
 from lab.figures.blocks import pool_grid
 from lab.figures.scheduler import region_map
-from lab.scheduler_runs import MAX_FRAMES, Frame, frames
-from lab.scheduler_state import SchedulerConfig
+from lab.serving.runs import MAX_FRAMES, Frame, frames
+from lab.serving.request import SchedulerConfig
 from ui.layout import explain, settings, show_figure
 from ui.scheduler_views import (chain_section, cost_widgets, engine_widgets, replay_section,
                                 sweeps_section, workload_widgets)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from lab.cache_manager import KVCacheManager
-from lab.kv_pool import PoolConfig
-from lab.synthetic_kv import SyntheticKV
+from lab.memory.cache_manager import KVCacheManager
+from lab.memory.kv_pool import PoolConfig
+from lab.serving.synthetic_kv import SyntheticKV
 
 
 def make_manager(num_blocks: int = 16, block_size: int = 4, num_layers: int = 1,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from functools import cache
 
-from lab.cost_model import CostModel, cost_model
-from lab.model_config import load_presets
-from lab.scheduler import Scheduler
-from lab.scheduler_runs import check_invariants
-from lab.scheduler_state import SchedulerConfig
-from lab.workloads import RequestSpec
+from lab.serving.cost_model import CostModel, cost_model
+from lab.sizing.model_spec import load_presets
+from lab.serving.scheduler import Scheduler
+from lab.serving.runs import check_invariants
+from lab.serving.request import SchedulerConfig
+from lab.serving.workloads import RequestSpec
 
 
 @cache

@@ -7,8 +7,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from lab.block_pool import PoolExhausted
-from lab.synthetic_kv import SyntheticKV
+from lab.memory.block_pool import PoolExhausted
+from lab.serving.synthetic_kv import SyntheticKV
 from tests.engine_helpers import decode, make_manager, prefill
 
 SYSTEM_PROMPTS = [[11, 12, 13, 14, 15, 16, 17], [21, 22, 23, 24, 25]]

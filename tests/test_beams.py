@@ -7,8 +7,8 @@ import threading
 import pytest
 import torch
 
-from lab.beams import BranchConfig, BranchScenario, describe, run, trace_json
-from lab.live_run import LiveRun
+from lab.scenarios.copy_on_write import BranchConfig, BranchScenario, describe, run, trace_json
+from lab.scenarios.live_run import LiveRun
 
 
 def ref_counts(frame) -> dict[int, int]:

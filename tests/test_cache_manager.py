@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from lab.block_pool import KVCacheError, PoolExhausted
-from lab.synthetic_kv import SyntheticKV
+from lab.memory.block_pool import KVCacheError, PoolExhausted
+from lab.serving.synthetic_kv import SyntheticKV
 from tests.engine_helpers import decode, make_manager, prefill
 
 
@@ -134,8 +134,8 @@ def test_freed_cached_blocks_are_reused_then_evicted_in_lru_order():
 
 
 def test_hash_collision_is_detected_by_comparing_tokens():
-    from lab.cache_manager import KVCacheManager
-    from lab.kv_pool import PoolConfig
+    from lab.memory.cache_manager import KVCacheManager
+    from lab.memory.kv_pool import PoolConfig
 
     config = PoolConfig(num_blocks=8, block_size=2, num_kv_heads=1, head_dim=4)
     m = KVCacheManager(config, torch.device("cpu"), hash_fn=lambda parent, tokens: "same")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from lab.capacity import (GIB, LAB_MAX_BLOCKS, blocks_for_budget, capacity_sheet, kv_budget_sheet,
+from lab.sizing.capacity import (GIB, LAB_MAX_BLOCKS, blocks_for_budget, capacity_sheet, kv_budget_sheet,
                           lab_pool, load_gpus, weight_bytes_per_gpu)
-from lab.kv_formula import kv_layout
-from lab.model_config import ModelSpec, load_presets
+from lab.sizing.kv_formula import kv_layout
+from lab.sizing.model_spec import ModelSpec, load_presets
 
 LLAMA3_8B = ModelSpec("Llama-3-8B", num_layers=32, num_attention_heads=32, num_kv_heads=8,
                       head_dim=128, num_params=8_030_261_248)
@@ -120,8 +120,8 @@ def test_figures_show_the_budget_and_where_it_fills() -> None:
 
 
 def test_every_gpu_preset_carries_the_rates_the_cost_model_uses() -> None:
-    from lab.cost_model import cost_model
-    from lab.model_config import load_presets
+    from lab.serving.cost_model import cost_model
+    from lab.sizing.model_spec import load_presets
 
     spec = load_presets()["Llama-3.1-8B"]
     for name, gpu in load_gpus().items():

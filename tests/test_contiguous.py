@@ -2,7 +2,7 @@
 
 import pytest
 
-from lab.contiguous import ContiguousAllocator, NoContiguousRegion
+from lab.memory.contiguous import ContiguousAllocator, NoContiguousRegion
 
 
 def test_first_fit_and_fragmentation_in_slots():

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from lab.fragmentation import (FragConfig, block_size_sweep, make_workload, paged_replay, run,
+from lab.scenarios.fragmentation import (FragConfig, block_size_sweep, make_workload, paged_replay, run,
                                simulate, trace_json)
-from lab.paged_replay import Request
+from lab.serving.paged_replay import Request
 
 
 def req(req_id: int, arrival: int, prompt_len: int, output_len: int) -> Request:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lab.kv_formula import KV_DTYPES, batch_latex, format_bytes, kv_layout, per_token_latex
-from lab.model_config import ModelSpec, load_presets
+from lab.sizing.kv_formula import KV_DTYPES, batch_latex, format_bytes, kv_layout, per_token_latex
+from lab.sizing.model_spec import ModelSpec, load_presets
 
 # bytes per token in fp16/bf16 = 2 (K, V) x layers x KV heads x head_dim x 2 bytes,
 # written from each model's config.json; MLA: 1 x layers x (kv_lora_rank + rope dim) x 2 bytes.

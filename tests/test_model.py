@@ -10,12 +10,12 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from lab.cache_manager import KVCacheManager
-from lab.dense_cache import DenseKVCache
-from lab.generation import GenerationStep, SamplingParams, generate, sample
-from lab.gguf_model import GGUF_FILE, LoadedModel, gguf_path, load_smollm2
-from lab.kv_pool import PoolConfig
-from lab.paged_generation import KernelPlan, PagedKVCache, pool_config_for
+from lab.memory.cache_manager import KVCacheManager
+from lab.model.dense_cache import DenseKVCache
+from lab.model.generation import GenerationStep, SamplingParams, generate, sample
+from lab.model.gguf import GGUF_FILE, LoadedModel, gguf_path, load_smollm2
+from lab.memory.kv_pool import PoolConfig
+from lab.model.paged_cache import KernelPlan, PagedKVCache, pool_config_for
 
 CPU = torch.device("cpu")
 SYSTEM = "You are a concise assistant who answers in one short paragraph."

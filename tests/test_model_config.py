@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lab.kv_formula import kv_layout
-from lab.model_config import (MAX_CONFIG_BYTES, ConfigError, ModelSpec, PRESETS_PATH,
-                              load_presets, read_config)
+from lab.sizing.kv_formula import kv_layout
+from lab.sizing.config_reader import MAX_CONFIG_BYTES, read_hf_config
+from lab.sizing.model_spec import PRESETS_PATH, ConfigError, ModelSpec, load_presets
 
 LLAMA_31_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
                "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -48,7 +48,7 @@ SMOLLM2_135M = {"model_type": "llama", "hidden_size": 576, "num_hidden_layers": 
 
 
 def read(config: object) -> ModelSpec:
-    return read_config(json.dumps(config))
+    return read_hf_config(json.dumps(config))
 
 
 def test_llama_gqa_and_derived_head_dim() -> None:
@@ -173,14 +173,14 @@ def test_every_bad_field_is_reported_at_once() -> None:
 ])
 def test_hostile_text_gives_a_clear_error(text: str, words: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        read_config(text)
+        read_hf_config(text)
     assert words in str(caught.value)
 
 
 def test_bytes_must_be_utf8() -> None:
     with pytest.raises(ConfigError, match="UTF-8"):
-        read_config(b'{"num_hidden_layers": "\xff"}')
-    assert read_config(json.dumps(LLAMA_31_8B).encode()).num_layers == 32
+        read_hf_config(b'{"num_hidden_layers": "\xff"}')
+    assert read_hf_config(json.dumps(LLAMA_31_8B).encode()).num_layers == 32
 
 
 KEYS = ["num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -199,7 +199,7 @@ configs = st.dictionaries(st.sampled_from(KEYS), small_ints | scalars | json_val
 
 def _outcome(text: str | bytes) -> None:
     try:
-        spec = read_config(text)
+        spec = read_hf_config(text)
     except ConfigError as err:
         assert err.errors and all(isinstance(v, str) for v in err.errors.values())
         return

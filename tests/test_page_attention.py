@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from lab.attention_view import replay_attention
-from lab.walkthrough import WalkParams
+from lab.scenarios.attention import replay_attention
+from lab.scenarios.block_tables import WalkParams
 
 PAGE = "pages/attention.py"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.walkthrough import WalkParams, last_step, run_walk
+from lab.scenarios.block_tables import WalkParams, last_step, run_walk
 from tests.page_helpers import assert_link_keeps, figures, metrics
 
 PAGE = "pages/block_tables.py"

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lab.model_config import load_presets
+from lab.sizing.model_spec import load_presets
 from tests.test_kv_formula import GOLDEN_BYTES_PER_TOKEN
 from tests.test_model_config import GEMMA_2_9B
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from lab.beams import BranchConfig, run
+from lab.scenarios.copy_on_write import BranchConfig, run
 from lab.figures.blocks import HIGHLIGHT_COLOR
 from tests.page_helpers import assert_link_keeps, figures, metrics
 

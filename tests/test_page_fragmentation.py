@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from lab.fragmentation import FragConfig, run
+from lab.scenarios.fragmentation import FragConfig, run
 from tests.page_helpers import assert_link_keeps, figures, metrics
 
 PAGE = "pages/fragmentation.py"

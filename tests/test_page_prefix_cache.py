@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.prefix_scenario import PrefixConfig, run
+from lab.scenarios.prefix_cache import PrefixConfig, run
 from tests.page_helpers import assert_link_keeps, figures, metrics
 
 PAGE = "pages/prefix_cache.py"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from lab.scheduler_runs import frames
-from lab.scheduler_state import SchedulerConfig
-from lab.workloads import from_preset
+from lab.serving.runs import frames
+from lab.serving.request import SchedulerConfig
+from lab.serving.workloads import from_preset
 from tests.page_helpers import figures
 from tests.scheduler_helpers import llama_h100
 from tests.test_vllm_metrics import CURRENT, LOG

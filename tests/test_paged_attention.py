@@ -322,7 +322,7 @@ def test_whole_batch_layout_lays_a_shared_prefix_once() -> None:
 def test_kernels_from_several_threads_take_turns() -> None:
     """Streamlit serves each browser session in its own thread. Triton's interpreter patches
     triton.language process-wide while a kernel runs, so concurrent launches must take turns
-    (lab.backend.kernel_launch); unguarded, this test fails with interpreter errors."""
+    (kernels.backend.kernel_launch); unguarded, this test fails with interpreter errors."""
     inputs = [make_inputs(CASES[2], torch.float32, "cpu", seed=40 + i) for i in range(3)]
     refs = [dense_attention(**x) for x in inputs]
     errors: list[str] = []

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from lab.metrics import summarize
-from lab.scheduler_state import RequestState, SchedulerConfig
-from lab.workloads import from_preset
+from lab.serving.metrics import summarize
+from lab.serving.request import RequestState, SchedulerConfig
+from lab.serving.workloads import from_preset
 from tests.scheduler_helpers import decisions, llama_h100, run, specs
 
 

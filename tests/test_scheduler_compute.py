@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab.scheduler import Scheduler
-from lab.scheduler_runs import check_invariants
-from lab.scheduler_state import SchedulerConfig
-from lab.swap import SwapSpace
-from lab.synthetic_kv import SyntheticKV
+from lab.serving.scheduler import Scheduler
+from lab.serving.runs import check_invariants
+from lab.serving.request import SchedulerConfig
+from lab.memory.swap import SwapSpace
+from lab.serving.synthetic_kv import SyntheticKV
 from tests.engine_helpers import decode, make_manager, prefill
 from tests.scheduler_helpers import llama_h100, specs
 

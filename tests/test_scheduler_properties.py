@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from lab.scheduler import Scheduler
-from lab.scheduler_runs import check_invariants, snapshot
-from lab.scheduler_state import RequestState, SchedulerConfig
-from lab.workloads import RequestSpec
+from lab.serving.scheduler import Scheduler
+from lab.serving.runs import check_invariants, snapshot
+from lab.serving.request import RequestState, SchedulerConfig
+from lab.serving.workloads import RequestSpec
 from tests.scheduler_helpers import llama_h100
 
 

@@ -216,7 +216,7 @@ def test_figures_fall_back_to_plotly_chart_when_plotly_js_cannot_be_served(
 def test_cached_replays_are_shared_not_copied() -> None:
     """A page's rerun gets the very frames already computed (st.cache_data would unpickle a
     copy on every rerun: 37 ms for the Fragmentation page's frames)."""
-    from lab.beams import BranchConfig, run
+    from lab.scenarios.copy_on_write import BranchConfig, run
     from ui.scenario import cached
 
     first = cached(run)(BranchConfig(), 0)

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from lab.vllm_log import LogError, parse_startup_log
-from lab.vllm_metrics import (DISABLE_ENV, MetricsError, engine_view, fetch_metrics,
+from lab.vllm.startup_log import LogError, parse_startup_log
+from lab.vllm.metrics_text import (DISABLE_ENV, MetricsError, engine_view, fetch_metrics,
                               parse_prometheus)
 
 # Our own fixture, in the exposition format a vLLM server uses (values made up).

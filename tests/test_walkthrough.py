@@ -7,11 +7,11 @@ import random
 import pytest
 import torch
 
-from lab.attention_view import can_relocate, replay_attention
-from lab.block_pool import PoolExhausted
-from lab.relocate import relocate
-from lab.sequence import blocks_for
-from lab.walkthrough import (WalkParams, WalkTooBig, blocks_held, describe_step,
+from lab.scenarios.attention import can_relocate, replay_attention
+from lab.memory.block_pool import PoolExhausted
+from lab.memory.relocate import relocate
+from lab.memory.block_table import blocks_for
+from lab.scenarios.block_tables import (WalkParams, WalkTooBig, blocks_held, describe_step,
                              final_tail_slots, last_step, replay_walk, run_walk, synthetic_kv,
                              walk_requests)
 from tests.engine_helpers import decode, make_manager, prefill

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lab.workloads import (MAX_CSV_BYTES, MAX_REQUESTS, LengthDist, WorkloadError, describe,
+from lab.serving.workloads import (MAX_CSV_BYTES, MAX_REQUESTS, LengthDist, WorkloadError, describe,
                            from_preset, generate, parse_csv)
 
 

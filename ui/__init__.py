@@ -12,7 +12,7 @@
   `cached(replay)` (an engine replay cached per its arguments, e.g. (cfg, seed)).
 - `ui.walk_settings`: the walkthrough's settings row and its fit check (block tables,
   attention).
-- `ui.attention_check.attention_badge(check)`: kernel vs dense attention, green within tolerance.
+- `ui.kernel_badge.attention_badge(check)`: kernel vs dense attention, green within tolerance.
 - `ui.predict.predict(...)`: "Predict, then reveal" with the engine's answer.
 - `ui.export.export_trace(json, ...)`: download the event trace.
 """

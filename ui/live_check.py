@@ -1,7 +1,7 @@
 """The kernel check of an animated page whose figures come from a fast allocator-only run.
 
 The page's scenario is rebuilt on the real KV pool (`store_kv=True`) and kept per user in
-`st.session_state` (a `lab.live_run.LiveRun`): Step costs one more step on the pool, Back or a
+`st.session_state` (a `lab.scenarios.live_run.LiveRun`): Step costs one more step on the pool, Back or a
 jump rebuilds it from the seed. Then the Triton kernel and dense attention run on that pool.
 """
 
@@ -11,9 +11,9 @@ from collections.abc import Callable, Hashable
 
 import streamlit as st
 
-from lab.attention_check import AttentionCheck
-from lab.live_run import LiveRun, Scenario
-from ui.attention_check import attention_badge
+from kernels.reference import AttentionCheck
+from lab.scenarios.live_run import LiveRun, Scenario
+from ui.kernel_badge import attention_badge
 from ui.step_controls import prefetch_next
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
-from lab.backend import backend
+from kernels.backend import backend
 from ui.state import CLASSROOM_KEY, begin_run, is_classroom, register, set_link_slot
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -54,7 +54,7 @@ def sidebar() -> None:
     st.html(f"<style>{styles}</style>")
 
     side = st.sidebar
-    side.markdown(f"**Compute backend**  \n{backend().describe()}")
+    side.markdown(f"**Compute backend**  \n{backend().label}")
     side.number_input("Random seed", min_value=0, max_value=MAX_SEED, value=0, step=1,
                       key="seed", bind="query-params",
                       help="Every random choice on a page (token ids, K/V values, queries, "

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import streamlit as st
 
-from lab.walkthrough import WalkParams, WalkTooBig, validate
+from lab.scenarios.block_tables import WalkParams, WalkTooBig, validate
 from ui.scenario import or_stop
 from ui.state import int_param, seed
 

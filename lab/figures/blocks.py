@@ -21,7 +21,7 @@ from functools import cache
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from lab.snapshot import Snapshot
+from lab.memory.snapshot import Snapshot
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#8C6D1F", "#444444")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from lab.capacity import GIB, CapacitySheet
-from lab.kv_formula import KV_DTYPES, KVLayout, kv_layout
+from lab.sizing.capacity import GIB, CapacitySheet
+from lab.sizing.kv_formula import KV_DTYPES, KVLayout, kv_layout
 
 FULL_COLOR = "#1f77b4"
 SLIDING_COLOR = "#7fbfff"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from lab.beams import BranchFrame
+from lab.scenarios.copy_on_write import BranchFrame
 from lab.figures.blocks import FONT_SIZE, SHARED_COLOR, label_margin
 from lab.figures.common import over_time_figure, two_panels
 

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from lab.figures.blocks import (EDGE_COLOR, FONT_SIZE, PALETTE, base_figure, label_margin,
                                 lighten)
 from lab.figures.common import over_time_figure, two_panels
-from lab.fragmentation import FragFrame, SweepRow
+from lab.scenarios.fragmentation import FragFrame, SweepRow
 
 CONTIGUOUS, PAGED = "Contiguous (reserve prompt + max output)", "Paged (blocks as tokens arrive)"
 EXTERNAL_COLOR = "#F4B6B6"  # free, but in a hole too small for the next request

@@ -8,7 +8,7 @@ import html
 import plotly.graph_objects as go
 
 from lab.figures.blocks import FONT_SIZE, PALETTE, base_figure, lighten
-from lab.paged_generation import GATHER, KERNEL, StepReport
+from lab.model.paged_cache import GATHER, KERNEL, ForwardReport
 
 
 def block_marked_html(pieces: list[str], start_pos: int, block_size: int, color: str) -> str:
@@ -35,7 +35,7 @@ def _block_span(block: int, texts: list[str], color: str) -> str:
             f"border-radius:3px;line-height:2'>{tag}{''.join(texts)}</span>")
 
 
-def layer_service_figure(report: StepReport,
+def layer_service_figure(report: ForwardReport,
                          title: str = "Which implementation served each layer") -> go.Figure:
     """One cell per layer: the Triton kernel (read through block tables) or the torch gather."""
     layers = sorted(report.kernel_layers + report.gather_layers)

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from lab.figures.blocks import base_figure
 from lab.figures.common import over_time_figure, two_panels
-from lab.prefix_scenario import Admission, PrefixFrame
+from lab.scenarios.prefix_cache import Admission, PrefixFrame
 
 STATUS_STYLE = {  # status -> (fill, word on the box)
     "hit": ("#B9E4D4", "hit"),

@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from lab.figures.blocks import PALETTE
-from lab.scheduler_runs import ChainRow, SweepPoint
-from lab.workloads import RequestSpec
+from lab.serving.runs import ChainRow, SweepPoint
+from lab.serving.workloads import RequestSpec
 
 COLORS = {"contiguous": "#D55E00", "paged": "#0072B2"}
 FONT = dict(size=15)

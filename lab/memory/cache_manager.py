@@ -1,0 +1,235 @@
+"""The KV-cache manager: sequences and their block tables over a real block pool and KV pool.
+
+It follows the guide: blocks are allocated as tokens arrive, fork shares every block,
+a write into a shared partial block copies that one block first (copy-on-write), and full
+blocks are named by a hash chain so later requests can reuse them (prefix caching).
+Each mutator checks that it can succeed before it changes anything.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from lab.memory.block_pool import BlockPool, KVCacheError, PoolExhausted
+from lab.memory.events import EventLog
+from lab.memory.kv_pool import KVPool, PoolConfig
+from lab.memory.prefix_cache import HashFn, chain, hash_block, longest_hit
+from lab.memory.block_table import Sequence, blocks_for
+from lab.memory.snapshot import Snapshot, take_snapshot
+
+
+class KVCacheManager:
+    def __init__(self, config: PoolConfig, device: torch.device | None = None,
+                 enable_prefix_cache: bool = True, hash_fn: HashFn = hash_block,
+                 store_kv: bool = True, record_events: bool = True) -> None:
+        self.config = config
+        self.block_size = config.block_size
+        self.events = EventLog(keep=record_events)
+        self.blocks = BlockPool(config.num_blocks, self.events)
+        # store_kv=False: allocator-only mode for large replays, with no tensors at all.
+        self.pool = KVPool(config, device) if store_kv else None
+        self.enable_prefix_cache = enable_prefix_cache
+        self.hash_fn = hash_fn
+        self.sequences: dict[int, Sequence] = {}
+        self._ids = itertools.count()
+        self.prefix_query_tokens = 0  # prompt tokens looked up in the prefix cache
+        self.prefix_hit_tokens = 0  # of those, tokens whose K/V was found
+
+    # -- admission -------------------------------------------------------------------------
+    def _prefix_hits(self, prompt: list[int]) -> list[int]:
+        if not self.enable_prefix_cache:
+            return []
+        return longest_hit(self.blocks, prompt, self.block_size, self.hash_fn)
+
+    def _plan(self, prompt: list[int]) -> tuple[list[int], int]:
+        """Cache hits for the prompt, and the free blocks admitting it would consume (hits on
+        free cached blocks count too: taking them out of the free queue uses them up)."""
+        hits = self._prefix_hits(prompt)
+        idle_hits = sum(self.blocks.ref_counts[b] == 0 for b in hits)
+        return hits, blocks_for(len(prompt), self.block_size) - len(hits) + idle_hits
+
+    def blocks_needed(self, prompt: list[int]) -> int:
+        return self._plan(prompt)[1]
+
+    def can_allocate(self, num_tokens: int) -> bool:
+        return self.blocks.can_allocate(blocks_for(num_tokens, self.block_size))
+
+    def add_sequence(self, prompt: list[int]) -> Sequence:
+        """Admit a prompt: reuse cached leading blocks, allocate the rest."""
+        if not prompt or not all(isinstance(t, int) and t >= 0 for t in prompt):
+            raise ValueError("prompt must be a non-empty list of non-negative token ids")
+        hits, needed = self._plan(prompt)
+        if needed > self.blocks.num_free:
+            raise PoolExhausted(needed, self.blocks.num_free)
+        seq = Sequence(next(self._ids), self.block_size, tokens=list(prompt))
+        for block_id in hits:
+            self.blocks.touch(block_id, seq.seq_id)
+        fresh = self.blocks.allocate(blocks_for(len(prompt), self.block_size) - len(hits),
+                                     seq.seq_id)
+        seq.block_table = hits + fresh
+        seq.num_cached_tokens = seq.num_written = len(hits) * self.block_size
+        seq.block_hashes = [self.blocks.block_hash[b].value for b in hits]
+        if self.enable_prefix_cache:
+            self.prefix_query_tokens += len(prompt)
+            self.prefix_hit_tokens += seq.num_cached_tokens
+        self.sequences[seq.seq_id] = seq
+        return seq
+
+    # -- growth ----------------------------------------------------------------------------
+    def append_token(self, seq_id: int, token: int) -> int:
+        """Add one token; return the slot its K/V goes to. A block is allocated only when the
+        last one is full; a shared, partially filled last block is copied first."""
+        self.extend(seq_id, [token])
+        return self.sequences[seq_id].slot(len(self.sequences[seq_id]) - 1)
+
+    def extend(self, seq_id: int, tokens: list[int]) -> None:
+        """Add tokens (decode steps, or a chunk of prompt); `Sequence.slots` gives their slots.
+        All blocks needed are checked first, so on PoolExhausted nothing has changed."""
+        seq = self.sequences.get(seq_id)
+        if seq is None:
+            seq = self._get(seq_id)  # raises the typed error
+        bs, table = self.block_size, seq.block_table
+        pos = len(seq.tokens)
+        end = pos + len(tokens)
+        new_blocks = blocks_for(end, bs) - len(table)
+        cow = pos % bs != 0 and self.blocks.ref_counts[table[-1]] > 1
+        if new_blocks > 0 or cow:  # the common case, room in an unshared last block, skips this
+            new_blocks = max(new_blocks, 0)
+            if cow + new_blocks > self.blocks.num_free:
+                raise PoolExhausted(cow + new_blocks, self.blocks.num_free)
+            if cow:
+                self._copy_on_write(seq)
+            table += self.blocks.allocate(new_blocks, seq_id)
+        seq.tokens += tokens
+        if self.events.keep:
+            for p in range(pos, end):
+                slot = seq.slot(p)
+                self.events.emit("append", seq_id, slot // bs, pos=p, slot=slot)
+
+    def _copy_on_write(self, seq: Sequence) -> None:
+        shared = seq.block_table[-1]
+        (fresh,) = self.blocks.allocate(1, seq.seq_id)
+        if self.pool is not None:
+            self.pool.copy_block(shared, fresh)
+        self.blocks.free([shared], seq.seq_id)  # ref count > 1, so it stays live
+        seq.block_table[-1] = fresh
+        self.events.emit("copy", seq.seq_id, fresh, src=shared, dst=fresh)
+
+    def write(self, seq_id: int, start: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Store K/V for positions [start, start + n) of a sequence, every layer.
+
+        keys, values: [num_layers, n, num_kv_heads, head_dim]. Writes continue where the
+        sequence's K/V ends. Blocks that become full are registered in the prefix cache.
+        """
+        seq = self._get(seq_id)
+        n = keys.shape[1] if keys.dim() == 4 else -1
+        self._check_continues(seq, start, n)
+        self._store([(seq, start + n)], keys, values)
+
+    def write_batch(self, seq_ids: list[int], keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Store the K/V of every listed sequence's unwritten positions in one launch.
+
+        keys, values: [num_layers, n, num_kv_heads, head_dim], the sequences' new tokens laid
+        end to end in the order of seq_ids.
+        """
+        seqs = [self._get(i) for i in seq_ids]
+        n = sum(len(s) - s.num_written for s in seqs)
+        if keys.dim() != 4 or keys.shape[1] != n:
+            raise ValueError(f"keys must hold the {n} unwritten positions of sequences "
+                             f"{seq_ids}, got shape {tuple(keys.shape)}")
+        self._store([(s, len(s)) for s in seqs], keys, values)
+
+    def _store(self, spans: list[tuple[Sequence, int]], keys: torch.Tensor,
+               values: torch.Tensor) -> None:
+        """Write positions [num_written, end) of each (sequence, end), then commit them."""
+        if self.pool is None:
+            raise KVCacheError("this manager stores no K/V (store_kv=False): use commit()")
+        slots = [slot for seq, end in spans for slot in seq.slots(seq.num_written, end)]
+        self.pool.write(slots, keys, values)
+        for seq, end in spans:
+            self.commit(seq.seq_id, end)
+
+    def commit(self, seq_id: int, upto: int) -> None:
+        """Mark K/V of positions [.., upto) as present; newly full blocks join the prefix
+        cache. write() calls it; allocator-only replays call it directly."""
+        seq = self._get(seq_id)
+        self._check_continues(seq, seq.num_written, upto - seq.num_written)
+        seq.num_written = upto
+        if self.enable_prefix_cache:
+            self._register_full_blocks(seq)
+
+    @staticmethod
+    def _check_continues(seq: Sequence, start: int, n: int) -> None:
+        if start != seq.num_written or n < 0 or start + n > len(seq):
+            raise ValueError(f"write of positions [{start}, {start + n}) does not continue "
+                             f"sequence {seq.seq_id}: {seq.num_written} written of {len(seq)}")
+
+    def _register_full_blocks(self, seq: Sequence) -> None:
+        done = len(seq.block_hashes)
+        full = seq.num_written // self.block_size
+        if full == done:
+            return
+        parent = seq.block_hashes[-1] if seq.block_hashes else None
+        new = chain(seq.tokens[done * self.block_size:full * self.block_size], self.block_size,
+                    full - done, self.hash_fn, parent)
+        for i, h in enumerate(new, start=done):
+            self.blocks.cache(seq.block_table[i], h, seq.seq_id)
+            seq.block_hashes.append(h.value)
+
+    def fork(self, seq_id: int) -> Sequence:
+        """A new branch sharing every block of its parent (ref count + 1, nothing copied)."""
+        parent = self._get(seq_id)
+        if parent.num_written != len(parent):
+            raise KVCacheError(f"cannot fork sequence {seq_id}: K/V of "
+                               f"{len(parent) - parent.num_written} token(s) not written yet")
+        child = Sequence(next(self._ids), self.block_size, list(parent.tokens),
+                         list(parent.block_table), parent.num_written, parent.num_cached_tokens,
+                         list(parent.block_hashes), parent_id=seq_id)
+        for block_id in child.block_table:
+            self.blocks.share(block_id, child.seq_id)
+        self.sequences[child.seq_id] = child
+        return child
+
+    def free(self, seq_id: int) -> None:
+        """Release a finished sequence. Tail blocks go first, so they are evicted first."""
+        seq = self._get(seq_id)
+        self.blocks.free(list(reversed(seq.block_table)), seq_id)
+        del self.sequences[seq_id]
+
+    # -- reading ---------------------------------------------------------------------------
+    def block_table_tensor(self, seq_ids: list[int]) -> torch.Tensor:
+        """Block tables padded with 0: int32 [num_seqs, max_blocks]."""
+        tables = [self._get(i).block_table for i in seq_ids]
+        width = max((len(t) for t in tables), default=0)
+        rows = [t + [0] * (width - len(t)) for t in tables]
+        device = self.pool.device if self.pool is not None else None
+        return torch.tensor(rows, dtype=torch.int32, device=device).reshape(-1, width)
+
+    def read_kv(self, seq_id: int, layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        seq = self._get(seq_id)
+        if self.pool is None:
+            raise KVCacheError("this manager stores no K/V (store_kv=False)")
+        return self.pool.gather(seq.block_table, seq.num_written, layer)
+
+    def snapshot(self) -> Snapshot:
+        return take_snapshot(self.blocks, self.sequences.values(), self.block_size)
+
+    def _get(self, seq_id: int) -> Sequence:
+        try:
+            return self.sequences[seq_id]
+        except KeyError:
+            raise KVCacheError(f"no live sequence with id {seq_id}") from None
+
+    # -- invariants ------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        self.blocks.check_invariants()
+        holders = [0] * self.config.num_blocks
+        for seq in self.sequences.values():
+            assert seq.num_blocks == blocks_for(len(seq), self.block_size), seq
+            assert len(set(seq.block_table)) == seq.num_blocks, "a block twice in one table"
+            assert seq.num_written <= len(seq)
+            for block_id in seq.block_table:
+                holders[block_id] += 1
+        assert holders == self.blocks.ref_counts, "ref counts differ from block-table holders"

@@ -1,0 +1,101 @@
+"""The contiguous baseline: one region per request, reserved up front in a linear address space.
+
+Each request reserves prompt + max output tokens at admission, placed first-fit. What it does not
+use is internal fragmentation; free space split into holes too small for the next request is
+external fragmentation. Units are token slots (multiply by bytes per token for bytes), the same
+units as the paged pool's slots, so both can be compared on one workload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lab.memory.block_pool import KVCacheError
+from lab.memory.events import EventLog
+
+
+class NoContiguousRegion(KVCacheError):
+    def __init__(self, needed: int, largest_hole: int, total_free: int) -> None:
+        super().__init__(f"no contiguous region of {needed} slots: largest hole {largest_hole}, "
+                         f"{total_free} free in all")
+        self.needed, self.largest_hole, self.total_free = needed, largest_hole, total_free
+
+
+@dataclass
+class Region:
+    req_id: int
+    start: int
+    reserved: int
+    used: int
+
+
+@dataclass(frozen=True)
+class ContiguousUsage:
+    capacity: int
+    reserved: int
+    used: int
+    internal: int  # reserved but unused
+    free: int
+    largest_hole: int
+    external: int  # free slots in holes smaller than the request that must fit next
+    holes: tuple[tuple[int, int], ...]  # (start, size) of each free run
+
+
+class ContiguousAllocator:
+    def __init__(self, capacity: int, events: EventLog | None = None) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1 slot, got {capacity}")
+        self.capacity = capacity
+        self.events = events if events is not None else EventLog()
+        self.regions: dict[int, Region] = {}
+
+    def holes(self) -> list[tuple[int, int]]:
+        holes, cursor = [], 0
+        for r in sorted(self.regions.values(), key=lambda r: r.start):
+            if r.start > cursor:
+                holes.append((cursor, r.start - cursor))
+            cursor = r.start + r.reserved
+        if cursor < self.capacity:
+            holes.append((cursor, self.capacity - cursor))
+        return holes
+
+    def can_reserve(self, size: int) -> bool:
+        return any(hole >= size for _, hole in self.holes())
+
+    def reserve(self, req_id: int, size: int, used: int) -> Region:
+        """Reserve `size` contiguous slots (first fit) for a request already using `used`."""
+        if req_id in self.regions:
+            raise KVCacheError(f"request {req_id} already holds a region")
+        if not 0 < used <= size:
+            raise ValueError(f"used ({used}) must be in 1..reserved ({size})")
+        holes = self.holes()
+        start = next((s for s, hole in holes if hole >= size), None)
+        if start is None:
+            largest = max((hole for _, hole in holes), default=0)
+            raise NoContiguousRegion(size, largest, sum(h for _, h in holes))
+        region = self.regions[req_id] = Region(req_id, start, size, used)
+        self.events.emit("allocate", req_id, None, start=start, reserved=size)
+        return region
+
+    def grow(self, req_id: int, n: int = 1) -> None:
+        region = self.regions[req_id]
+        if region.used + n > region.reserved:
+            raise KVCacheError(f"request {req_id} outgrew its reservation of {region.reserved}")
+        region.used += n
+
+    def release(self, req_id: int) -> None:
+        region = self.regions.pop(req_id)
+        self.events.emit("free", req_id, None, start=region.start, reserved=region.reserved)
+
+    def usage(self, next_request: int | None = None) -> ContiguousUsage:
+        """Fragmentation now. External counts holes smaller than `next_request` slots (by
+        default the smallest reservation in place, a stand-in for a typical request)."""
+        holes = self.holes()
+        reserved = sum(r.reserved for r in self.regions.values())
+        used = sum(r.used for r in self.regions.values())
+        if next_request is None:
+            next_request = min((r.reserved for r in self.regions.values()), default=1)
+        return ContiguousUsage(
+            self.capacity, reserved, used, reserved - used, self.capacity - reserved,
+            max((h for _, h in holes), default=0),
+            sum(h for _, h in holes if h < next_request), tuple(holes))

@@ -1,0 +1,94 @@
+"""Simulated time for one scheduler iteration: a roofline over the model and the GPU.
+
+One iteration runs the model once over every token scheduled in it (decode tokens and prefill
+chunks together). It must
+
+- read every weight once and every scheduled sequence's cached K/V once, and write the new
+  tokens' K/V:   bytes = weight bytes + (context tokens read + new tokens) x KV bytes per token
+- do the arithmetic: 2 FLOPs per parameter per new token (one multiply-add per weight), plus
+  attention: 4 x layers x heads x head_dim FLOPs per (query, key) pair (Q.K and P.V).
+
+    time = max(bytes / bandwidth, FLOPs / peak rate)
+
+Decode iterations with small batches are memory-bound (the weights dominate); prefill and large
+batches become compute-bound. This is a teaching model: no kernel efficiency factors, no
+communication, no CPU overhead; MoE models are charged for all their weights (an upper bound).
+Model geometry and weights come from the calculator's presets (lab/model_config.py,
+lab/kv_formula.py, lab/capacity.py); the bandwidth and peak rate of each GPU preset are data-sheet figures kept in
+assets/gpus.json.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from lab.sizing.capacity import load_gpus, weight_bytes_per_gpu
+from lab.sizing.kv_formula import kv_layout
+from lab.sizing.model_spec import ModelSpec
+
+Bound = Literal["memory", "compute"]
+
+
+@dataclass(frozen=True)
+class IterationCost:
+    seconds: float
+    memory_s: float
+    compute_s: float
+
+    @property
+    def bound(self) -> Bound:
+        return "compute" if self.compute_s > self.memory_s else "memory"
+
+
+@dataclass(frozen=True)
+class CostModel:
+    weight_bytes: int
+    kv_bytes_per_token: int
+    flops_per_token: float  # 2 x parameters
+    attn_flops_per_pair: float  # 4 x layers x query heads x head_dim
+    bandwidth: float  # bytes / s
+    peak_flops: float  # FLOP / s
+    label: str = ""
+
+    def iteration(self, new_tokens: int, context_tokens: int, attn_pairs: int) -> IterationCost:
+        """Cost of one iteration computing `new_tokens` tokens whose sequences hold
+        `context_tokens` tokens in all (new ones included), with `attn_pairs` (query, key) pairs."""
+        bytes_moved = self.weight_bytes + (context_tokens + new_tokens) * self.kv_bytes_per_token
+        flops = new_tokens * self.flops_per_token + attn_pairs * self.attn_flops_per_pair
+        memory_s, compute_s = bytes_moved / self.bandwidth, flops / self.peak_flops
+        return IterationCost(max(memory_s, compute_s), memory_s, compute_s)
+
+    def crossover_batch(self, context: int) -> float:
+        """Decode batch size at which compute time reaches memory time (each sequence holding
+        `context` tokens): past it, more live sequences stop paying off."""
+        per_seq_bytes = (context + 1) * self.kv_bytes_per_token
+        per_seq_flops = self.flops_per_token + context * self.attn_flops_per_pair
+        # weight/bw + b * per_seq_bytes/bw = b * per_seq_flops/peak
+        gap = per_seq_flops / self.peak_flops - per_seq_bytes / self.bandwidth
+        return float("inf") if gap <= 0 else (self.weight_bytes / self.bandwidth) / gap
+
+
+def attention_pairs(query_len: int, seq_len: int) -> int:
+    """(query, key) pairs of causal attention for the last query_len of seq_len tokens."""
+    return query_len * seq_len - query_len * (query_len - 1) // 2
+
+
+def cost_model(spec: ModelSpec, gpu_name: str, *, kv_dtype: str = "fp16",
+               tp: int = 1) -> CostModel:
+    """The cost model of `spec` on one GPU preset (weights sharded over `tp` GPUs)."""
+    gpus = load_gpus()
+    if gpu_name not in gpus:
+        raise ValueError(f"no rates for GPU {gpu_name!r}; choose one of {', '.join(gpus)}")
+    if spec.num_params <= 0:
+        raise ValueError(f"{spec.name} has no parameter count: the cost model needs one")
+    gpu = gpus[gpu_name]
+    layout = kv_layout(spec, kv_dtype, tp)
+    head_dim = layout.vector_len if spec.is_mla else spec.head_dim
+    return CostModel(
+        weight_bytes=weight_bytes_per_gpu(spec.num_params, spec.weight_dtype, tp),
+        kv_bytes_per_token=layout.bytes_per_token,
+        flops_per_token=2.0 * spec.num_params / tp,
+        attn_flops_per_pair=4.0 * spec.num_layers * spec.num_attention_heads * head_dim / tp,
+        bandwidth=gpu.bandwidth_gbs * 1e9, peak_flops=gpu.bf16_tflops * 1e12,
+        label=f"{spec.name} on {gpu_name}" + (f" (TP {tp})" if tp > 1 else ""))

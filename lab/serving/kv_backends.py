@@ -1,0 +1,223 @@
+"""Where the scheduler's requests keep their K/V: the paged pool or the contiguous baseline.
+
+Both answer the same questions (can this request ever fit? can it be admitted now? can its next
+token get a slot?), so one scheduler drives either and their runs can be compared.
+
+Paged: the lab's `KVCacheManager` over the real block pool (and, in compute mode, the real K/V
+tensors). Admission allocates the blocks of every token the request holds. A decode token that
+fits in the sequence's own last block needs nothing from the pool, so the scheduler only calls
+`grow` when the blocks are full; tokens that fit are appended to the sequence lazily (`sync`),
+in bulk, before anything reads it. A token that needs a block goes through `append_token`.
+
+Contiguous: the lab's `ContiguousAllocator`, same number of slots; admission reserves
+prompt + max_tokens in one region, so decode never needs memory and never preempts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from kernels.reference import AttentionCheck
+from lab.memory.kernel_check import check_kernel
+from lab.memory.cache_manager import KVCacheManager
+from lab.memory.contiguous import ContiguousAllocator
+from lab.memory.kv_pool import PoolConfig
+from lab.serving.request import Request, SchedulerConfig
+from lab.memory.block_table import blocks_for
+from lab.memory.snapshot import Snapshot
+from lab.memory.swap import SwapSpace
+from lab.serving.synthetic_kv import SyntheticKV
+
+Batch = list[tuple[Request, int, int]]  # (request, first new position, new tokens)
+
+
+def _shortfall(need: int, free: int, mark: int) -> str | None:
+    if need + mark > free:
+        return f"needs {need} blocks, {free} free, {mark} held back as watermark"
+    return None
+
+
+class PagedBackend:
+    kind = "paged"
+
+    def __init__(self, cfg: SchedulerConfig, seed: int) -> None:
+        self.cfg = cfg
+        self.pool_config = PoolConfig(num_blocks=cfg.num_blocks, block_size=cfg.block_size,
+                                      num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim)
+        device = None if cfg.compute else torch.device("cpu")
+        # Big replays (explain off) keep no per-block events.
+        self.manager = KVCacheManager(self.pool_config, device, cfg.enable_prefix_cache,
+                                      store_kv=cfg.compute, record_events=cfg.explain)
+        self.blocks = self.manager.blocks
+        self.swap = SwapSpace(self.manager, cfg.num_cpu_blocks or cfg.num_blocks)
+        self.kv = SyntheticKV(self.pool_config, seed, cfg.num_heads) if cfg.compute else None
+
+    # -- admission ---------------------------------------------------------------------------
+    def never_fits(self, req: Request) -> str | None:
+        need = blocks_for(req.longest, self.cfg.block_size)
+        room = self.cfg.num_blocks - self.cfg.watermark_blocks
+        if need > room:
+            return (f"needs {need} blocks at its longest (prompt {req.spec.prompt_len} + "
+                    f"max_tokens {req.max_tokens}), the pool admits at most {room}")
+        return None
+
+    def admit_shortfall(self, req: Request) -> str | None:
+        """Why it cannot be admitted now (None: it can): its blocks must fit above the watermark."""
+        return _shortfall(self.manager.blocks_needed(req.tokens), self.blocks.num_free,
+                          self.cfg.watermark_blocks)
+
+    def admit(self, req: Request) -> int:
+        """Allocate blocks for every token it holds; return its slot capacity."""
+        seq = self.manager.add_sequence(req.tokens)
+        req.seq_id = seq.seq_id
+        req.num_computed = seq.num_cached_tokens
+        return seq.num_blocks * self.cfg.block_size
+
+    # -- growth ------------------------------------------------------------------------------
+    def sync(self, req: Request, upto: int) -> None:
+        """Append the request's tokens up to `upto` to its sequence; they fit in its blocks."""
+        seq = self.manager.sequences[req.seq_id]
+        if upto > len(seq):
+            assert upto <= seq.num_blocks * self.cfg.block_size, "sync past the blocks"
+            self.manager.extend(req.seq_id, req.planned[len(seq):upto])
+
+    def grow(self, req: Request, computed: int) -> int | None:
+        """A block for the token at position `computed` (its blocks are full); the new slot
+        capacity, or None when no block is free."""
+        if self.blocks.num_free == 0:
+            return None
+        self.sync(req, computed)
+        self.manager.append_token(req.seq_id, req.planned[computed])
+        return self.manager.sequences[req.seq_id].num_blocks * self.cfg.block_size
+
+    def compute(self, batch: Batch) -> AttentionCheck | None:
+        """After scheduling: the batch's new K/V (and, in compute mode, the kernel vs dense)."""
+        if self.kv is None:
+            if self.cfg.enable_prefix_cache:  # register newly full blocks in the prefix cache
+                for req, start, n in batch:
+                    self.sync(req, start + n)
+                    self.manager.commit(req.seq_id, start + n)
+            return None
+        queries = []
+        for req, start, n in batch:
+            self.sync(req, start + n)
+            new = req.planned[start:start + n]
+            k, v = self.kv.keys_values(new, start)  # [1, n, kv_heads, head_dim]
+            self.manager.write(req.seq_id, start, k, v)
+            queries.append(self.kv.queries(new))  # [n, num_heads, head_dim]
+        return check_kernel(self.manager, [r.seq_id for r, _, _ in batch], torch.cat(queries),
+                            [n for _, _, n in batch], [start + n for _, start, n in batch])
+
+    # -- leaving -----------------------------------------------------------------------------
+    def release(self, req: Request) -> None:
+        """Free the request's blocks (finished, or preempted by recompute)."""
+        self.manager.free(req.seq_id)
+        req.seq_id = None
+
+    def can_swap_out(self, req: Request) -> bool:
+        return self.swap.can_swap_out(req.seq_id)
+
+    def swap_out(self, req: Request) -> int:
+        """Copy to the CPU pool, free the device blocks; return the bytes moved."""
+        seq = self.manager.sequences[req.seq_id]
+        self.sync(req, req.num_computed)
+        if seq.num_written < req.num_computed:  # allocator-only: K/V "written" up to here
+            self.manager.commit(req.seq_id, req.num_computed)
+        moved = seq.num_blocks * self.pool_config.bytes_per_block
+        req.swapped = self.swap.swap_out(req.seq_id)
+        req.seq_id = None
+        return moved
+
+    def swap_in_shortfall(self, req: Request) -> str | None:
+        need = self.swap.blocks_to_swap_in(req.swapped) + 1  # + room for its next token
+        return _shortfall(need, self.blocks.num_free, self.cfg.watermark_blocks)
+
+    def swap_in(self, req: Request) -> tuple[int, int]:
+        """Bring it back; (bytes moved, slot capacity)."""
+        swapped = req.swapped
+        req.seq_id = self.swap.swap_in(swapped)
+        req.swapped = None
+        seq = self.manager.sequences[req.seq_id]
+        return (swapped.num_blocks * self.pool_config.bytes_per_block,
+                seq.num_blocks * self.cfg.block_size)
+
+    # -- state -------------------------------------------------------------------------------
+    def usage(self, length: np.ndarray, cap: np.ndarray,
+              next_need: int | None) -> tuple[float, int]:
+        """(fraction of blocks in use, allocated slots holding no token)."""
+        used = self.blocks.num_used
+        held = int(np.minimum(length, cap).sum())
+        return used / self.cfg.num_blocks, max(0, used * self.cfg.block_size - held)
+
+    def snapshot(self, running: list[Request]) -> Snapshot:
+        for req in running:
+            self.sync(req, min(req.length, self.manager.sequences[req.seq_id].num_blocks
+                               * self.cfg.block_size))
+        return self.manager.snapshot()
+
+    def check_invariants(self) -> None:
+        self.manager.check_invariants()
+        self.swap.blocks.check_invariants()
+
+
+class ContiguousBackend:
+    kind = "contiguous"
+
+    def __init__(self, cfg: SchedulerConfig, seed: int) -> None:
+        self.cfg = cfg
+        self.allocator = ContiguousAllocator(cfg.capacity_slots)
+
+    @staticmethod
+    def reservation(req: Request) -> int:
+        """Slots it reserves: what it holds plus every output token it may still emit."""
+        return req.length + req.max_tokens - req.num_output
+
+    def never_fits(self, req: Request) -> str | None:
+        if req.longest > self.cfg.capacity_slots:
+            return (f"reserves {req.longest} slots (prompt {req.spec.prompt_len} + max_tokens "
+                    f"{req.max_tokens}), the region holds {self.cfg.capacity_slots}")
+        return None
+
+    def admit_shortfall(self, req: Request) -> str | None:
+        size = self.reservation(req)
+        if not self.allocator.can_reserve(size):
+            u = self.allocator.usage(size)
+            return (f"no contiguous hole of {size} slots (largest {u.largest_hole}, "
+                    f"{u.free} free in all)")
+        return None
+
+    def admit(self, req: Request) -> int:
+        region = self.allocator.reserve(req.req_id, self.reservation(req), req.length)
+        req.num_computed = 0
+        return region.reserved
+
+    def grow(self, req: Request, computed: int) -> int | None:
+        raise AssertionError("a contiguous reservation already holds every token")
+
+    def compute(self, batch: Batch) -> AttentionCheck | None:
+        return None  # the baseline is accounting only
+
+    def release(self, req: Request) -> None:
+        self.allocator.release(req.req_id)
+
+    def usage(self, length: np.ndarray, cap: np.ndarray,
+              next_need: int | None) -> tuple[float, int]:
+        """(fraction of slots reserved, reserved-but-empty slots + holes too small for the head
+        of the queue)."""
+        reserved = int(cap.sum())
+        external = self.allocator.usage(next_need).external if next_need else 0
+        return reserved / self.cfg.capacity_slots, reserved - int(length.sum()) + external
+
+    def check_invariants(self) -> None:
+        regions = sorted(self.allocator.regions.values(), key=lambda r: r.start)
+        for a, b in zip(regions, regions[1:]):
+            assert a.start + a.reserved <= b.start, "overlapping regions"
+        assert all(r.start + r.reserved <= self.cfg.capacity_slots for r in regions)
+
+
+Backend = PagedBackend | ContiguousBackend
+
+
+def make_backend(cfg: SchedulerConfig, seed: int) -> Backend:
+    return PagedBackend(cfg, seed) if cfg.allocator == "paged" else ContiguousBackend(cfg, seed)

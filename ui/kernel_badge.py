@@ -1,0 +1,22 @@
+"""The badge every attention-running page shows beside its figure: kernel vs dense attention."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from kernels.reference import AttentionCheck
+
+
+def attention_badge(check: AttentionCheck) -> None:
+    """Green when the Triton kernel matches the float64 dense reference within tolerance."""
+    help_text = (f"The Triton paged-attention kernel read K/V through the block tables of "
+                 f"{check.num_seqs} sequence(s); the dense reference gathered the same K/V into "
+                 f"contiguous tensors and computed plain attention in float64. Tolerance "
+                 f"({check.tolerance}). Relative error: {check.rel_error:.1e}.")
+    if check.ok:
+        st.badge(f"Kernel = dense attention · max abs error {check.max_abs_error:.1e}",
+                 icon=":material/check_circle:", color="green", help=help_text)
+    else:
+        st.badge(f"Kernel differs from dense attention · max abs error "
+                 f"{check.max_abs_error:.1e}", icon=":material/error:", color="red",
+                 help=help_text)
