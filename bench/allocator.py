@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels.backend import backend  # noqa: E402
-from lab.memory.block_pool import PoolExhausted  # noqa: E402
-from lab.memory.cache_manager import KVCacheManager  # noqa: E402
-from lab.memory.kv_pool import PoolConfig  # noqa: E402
-from lab.serving.synthetic_kv import SyntheticKV  # noqa: E402
+from kernels.backend import backend
+from lab.memory.block_pool import PoolExhausted
+from lab.memory.cache_manager import KVCacheManager
+from lab.memory.kv_pool import PoolConfig
+from lab.serving.synthetic_kv import SyntheticKV
 
 
 def replay(requests: int, seed: int, store_kv: bool, num_blocks: int) -> dict:
@@ -85,8 +85,8 @@ def replay(requests: int, seed: int, store_kv: bool, num_blocks: int) -> dict:
     ops = sum(e.kind in ("allocate", "free", "share", "copy", "evict", "hit") for e in events)
     appends = sum(e.kind == "append" for e in events)
     hit_rate = m.prefix_hit_tokens / max(1, m.prefix_query_tokens)
-    return {"requests": requests, "ops": ops, "appends": appends, "wall": wall, "done": done, "rejected": rejected,
-            "hit": hit_rate, "events": len(m.events)}
+    return {"requests": requests, "ops": ops, "appends": appends, "wall": wall, "done": done,
+            "rejected": rejected, "hit": hit_rate, "events": len(m.events)}
 
 
 def main() -> None:

@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-from kernels.paged_attention import launch_paged_attention  # noqa: E402
-from kernels.paged_inputs import check_paged_inputs  # noqa: E402
-from kernels.backend import backend  # noqa: E402
+from kernels.backend import backend
+from kernels.paged_attention import launch_paged_attention
+from kernels.paged_inputs import check_paged_inputs
 
 BLOCK_SIZE = 16
 

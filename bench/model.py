@@ -31,14 +31,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from kernels.backend import backend  # noqa: E402
-from lab.memory.cache_manager import KVCacheManager  # noqa: E402
-from lab.model.dense_cache import DenseKVCache  # noqa: E402
-from lab.model.generation import SamplingParams, SequenceCache, generate  # noqa: E402
-from lab.model.gguf import LoadedModel, load_smollm2  # noqa: E402
-from lab.model.paged_cache import KernelPlan, PagedKVCache, pool_config_for  # noqa: E402
+from kernels.backend import backend
+from lab.memory.cache_manager import KVCacheManager
+from lab.model.dense_cache import DenseKVCache
+from lab.model.generation import SamplingParams, SequenceCache, generate
+from lab.model.gguf import LoadedModel, load_smollm2
+from lab.model.paged_cache import KernelPlan, PagedKVCache, pool_config_for
 
 PROMPT = "Write a short story about a robot who learns to paint."
 

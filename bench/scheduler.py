@@ -17,15 +17,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lab.sizing.capacity import GIB, capacity_sheet, load_gpus, weight_bytes_per_gpu  # noqa: E402
-from lab.serving.cost_model import cost_model  # noqa: E402
-from lab.sizing.kv_formula import kv_layout  # noqa: E402
-from lab.serving.metrics import summarize  # noqa: E402
-from lab.sizing.model_spec import load_presets  # noqa: E402
-from lab.serving.scheduler import Scheduler  # noqa: E402
-from lab.serving.runs import run  # noqa: E402
-from lab.serving.request import SchedulerConfig  # noqa: E402
-from lab.serving.workloads import describe, from_preset  # noqa: E402
+from lab.serving.cost_model import cost_model
+from lab.serving.metrics import summarize
+from lab.serving.request import SchedulerConfig
+from lab.serving.runs import run
+from lab.serving.scheduler import Scheduler
+from lab.serving.workloads import describe, from_preset
+from lab.sizing.capacity import GIB, capacity_sheet, load_gpus, weight_bytes_per_gpu
+from lab.sizing.kv_formula import kv_layout
+from lab.sizing.model_spec import load_presets
 
 MODEL, GPU = "Llama-3.1-8B", "H100 80 GB"
 

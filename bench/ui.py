@@ -28,15 +28,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from playwright.sync_api import sync_playwright  # noqa: E402
+from playwright.sync_api import sync_playwright
 
-from lab.scenarios.attention import replay_attention  # noqa: E402
-from kernels.backend import backend  # noqa: E402
-from lab.figures.blocks import block_table_figure, pool_grid, token_strip  # noqa: E402
-from lab.scenarios.block_tables import WalkParams, replay_walk  # noqa: E402
-from tests.browser.harness import (CHROMIUM, IDLE_JS, STEP_THUMB, VIEWPORT,  # noqa: E402
-                                   click_control, current_step, launch_chromium, open_page,
-                                   serve_app)
+from kernels.backend import backend
+from lab.figures.blocks import block_table_figure, pool_grid, token_strip
+from lab.scenarios.attention import replay_attention
+from lab.scenarios.block_tables import WalkParams, replay_walk
+from tests.browser.harness import (
+    CHROMIUM,
+    IDLE_JS,
+    STEP_THUMB,
+    VIEWPORT,
+    click_control,
+    current_step,
+    launch_chromium,
+    open_page,
+    serve_app,
+)
 
 # Default sizes, except enough steps to click through: 12 output tokens on Block tables (the
 # default request is the guide's 4), block size 8 on Attention (7 blocks to read).

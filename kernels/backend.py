@@ -41,7 +41,8 @@ class ComputeBackend:
 @cache
 def backend() -> ComputeBackend:
     if _CUDA:
-        return ComputeBackend(torch.device("cuda"), torch.cuda.get_device_name(0), "Triton compiled")
+        name = torch.cuda.get_device_name(0)
+        return ComputeBackend(torch.device("cuda"), name, "Triton compiled")
     return ComputeBackend(torch.device("cpu"), "CPU", "Triton interpreter")
 
 

@@ -8,10 +8,10 @@ every (src, dst) pair: the copy in copy-on-write, or a block being moved.
 from __future__ import annotations
 
 import torch
-
-import kernels.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 import triton
 import triton.language as tl
+
+import kernels.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 from kernels.backend import backend, kernel_launch
 
 CACHE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)

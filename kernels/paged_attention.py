@@ -29,13 +29,13 @@ from __future__ import annotations
 from functools import cache
 
 import torch
-
-import kernels.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 import triton
 import triton.language as tl
+
+import kernels.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
+from kernels.backend import kernel_launch
 from kernels.paged_inputs import AttentionShapes, check_paged_inputs
 from kernels.whole_batch import WholeBatchLayout, shared_prefix_len, whole_batch_layout
-from kernels.backend import kernel_launch
 
 LOG2E = 1.4426950408889634
 NEG_BIG = tl.constexpr(-1.0e30)  # running-max start: finite, so masked rows never give NaN

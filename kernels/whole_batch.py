@@ -10,9 +10,9 @@ from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
+import triton
 
 import kernels.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
-import triton
 
 
 def shared_prefix_len(block_tables: torch.Tensor, seq_lens: torch.Tensor,

@@ -2,11 +2,11 @@
 
 import streamlit as st
 
-from lab.scenarios.attention import MAX_PLACEMENTS, can_relocate, replay_attention
 from lab.figures.blocks import legend_markdown, pool_grid
+from lab.scenarios.attention import MAX_PLACEMENTS, can_relocate, replay_attention
 from lab.scenarios.block_tables import REQUEST_NAMES
-from ui.kernel_badge import attention_badge
 from ui.export import export_trace
+from ui.kernel_badge import attention_badge
 from ui.layout import explain, settings, show_figure
 from ui.predict import predict
 from ui.scenario import cached

@@ -4,10 +4,16 @@ import streamlit as st
 
 from lab.figures.blocks import block_table_figure, legend_markdown, pool_grid, token_strip
 from lab.memory.block_table import blocks_for
-from lab.scenarios.block_tables import (blocks_held, describe_step, final_tail_slots, last_step, replay_walk,
-                             walk_requests)
-from ui.kernel_badge import attention_badge
+from lab.scenarios.block_tables import (
+    blocks_held,
+    describe_step,
+    final_tail_slots,
+    last_step,
+    replay_walk,
+    walk_requests,
+)
 from ui.export import export_trace
+from ui.kernel_badge import attention_badge
 from ui.layout import bullets, explain, settings, show_figure
 from ui.predict import predict
 from ui.scenario import cached

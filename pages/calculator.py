@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import streamlit as st
 
-from lab.sizing.capacity import (GIB, LAB_MAX_BLOCK_SIZE, LAB_MAX_BLOCKS, LAB_MIN_BLOCKS,
-                          capacity_sheet, lab_pool, load_gpus, weight_bytes_per_gpu)
 from lab.figures.calculator import kv_dtype_figure, kv_vs_context_figure, memory_split_figure
-from lab.sizing.kv_formula import KV_DTYPES, batch_latex, format_bytes, kv_layout, per_token_latex
+from lab.sizing.capacity import (
+    GIB,
+    LAB_MAX_BLOCK_SIZE,
+    LAB_MAX_BLOCKS,
+    LAB_MIN_BLOCKS,
+    capacity_sheet,
+    lab_pool,
+    load_gpus,
+    weight_bytes_per_gpu,
+)
 from lab.sizing.config_reader import MAX_CONFIG_BYTES, read_hf_config
+from lab.sizing.kv_formula import KV_DTYPES, batch_latex, format_bytes, kv_layout, per_token_latex
 from lab.sizing.model_spec import LIMITS, WEIGHT_DTYPES, ConfigError, ModelSpec, load_presets
 from ui.layout import explain, settings, show_figure
 from ui.sidebar import sidebar

@@ -2,9 +2,16 @@
 
 import streamlit as st
 
-from lab.scenarios.copy_on_write import BranchConfig, BranchScenario, branch_name, describe, run, trace_json
 from lab.figures.blocks import block_table_figure, legend_markdown, pool_grid
 from lab.figures.cow import memory_figure
+from lab.scenarios.copy_on_write import (
+    BranchConfig,
+    BranchScenario,
+    branch_name,
+    describe,
+    run,
+    trace_json,
+)
 from ui.export import export_trace
 from ui.layout import bullets, explain, settings, show_figure
 from ui.live_check import live_badge

@@ -4,9 +4,15 @@ import pandas as pd
 import streamlit as st
 
 from lab.figures.fragmentation import memory_maps, sweep_figure, timeline
-from lab.scenarios.fragmentation import (FragConfig, MemoryStats, block_size_sweep, paged_replay, run,
-                               trace_json)
 from lab.memory.kv_pool import PoolConfig
+from lab.scenarios.fragmentation import (
+    FragConfig,
+    MemoryStats,
+    block_size_sweep,
+    paged_replay,
+    run,
+    trace_json,
+)
 from ui.export import export_trace
 from ui.layout import explain, settings, show_figure
 from ui.live_check import live_badge

@@ -2,16 +2,21 @@
 
 import streamlit as st
 
-from lab.memory.block_pool import PoolExhausted
 from lab.figures.blocks import legend_markdown, pool_grid, sequence_colors, token_strip
 from lab.figures.model import block_marked_html, layer_service_figure
+from lab.memory.block_pool import PoolExhausted
 from lab.model.generation import SamplingParams
 from lab.model.gguf import LoadedModel, ModelFileMissing, load_smollm2
-from lab.sizing.kv_formula import format_bytes
-from lab.model.session import (GenerationFrame, ModelSession, RequestResult, kernel_summary,
-                               size_check)
 from lab.model.paged_cache import KERNEL
+from lab.model.session import (
+    GenerationFrame,
+    ModelSession,
+    RequestResult,
+    kernel_summary,
+    size_check,
+)
 from lab.model.tokenizer import DEFAULT_SYSTEM_PROMPT
+from lab.sizing.kv_formula import format_bytes
 from ui.kernel_badge import attention_badge
 from ui.layout import explain, settings, show_figure
 from ui.sidebar import sidebar

@@ -4,8 +4,14 @@ import streamlit as st
 
 from lab.figures.blocks import legend_markdown, pool_grid
 from lab.figures.prefix import cache_over_time, hash_chain
-from lab.scenarios.prefix_cache import (PrefixConfig, PrefixScenario, app_name, describe, run,
-                                 trace_json)
+from lab.scenarios.prefix_cache import (
+    PrefixConfig,
+    PrefixScenario,
+    app_name,
+    describe,
+    run,
+    trace_json,
+)
 from ui.export import export_trace
 from ui.layout import bullets, explain, settings, show_figure
 from ui.live_check import live_badge

@@ -5,11 +5,17 @@ import streamlit as st
 from kernels.backend import backend
 from lab.figures.blocks import pool_grid
 from lab.figures.scheduler import region_map
-from lab.serving.runs import MAX_FRAMES, Frame, frames
 from lab.serving.request import SchedulerConfig
+from lab.serving.runs import MAX_FRAMES, Frame, frames
 from ui.layout import explain, settings, show_figure
-from ui.scheduler_views import (chain_section, cost_widgets, engine_widgets, replay_section,
-                                sweeps_section, workload_widgets)
+from ui.scheduler_views import (
+    chain_section,
+    cost_widgets,
+    engine_widgets,
+    replay_section,
+    sweeps_section,
+    workload_widgets,
+)
 from ui.sidebar import sidebar
 from ui.state import choice_param, seed
 from ui.step_controls import step_controls

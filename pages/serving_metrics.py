@@ -4,13 +4,19 @@ import math
 
 import streamlit as st
 
-from lab.sizing.capacity import GIB, kv_budget_sheet
 from lab.figures.scheduler import bucket_figure
+from lab.sizing.capacity import GIB, kv_budget_sheet
 from lab.sizing.kv_formula import kv_layout
 from lab.sizing.model_spec import load_presets
+from lab.vllm.metrics_text import (
+    DISABLE_ENV,
+    FETCH_TIMEOUT_S,
+    MetricsError,
+    engine_view,
+    fetch_metrics,
+    parse_prometheus,
+)
 from lab.vllm.startup_log import LogError, parse_startup_log
-from lab.vllm.metrics_text import (DISABLE_ENV, FETCH_TIMEOUT_S, MetricsError, engine_view,
-                              fetch_metrics, parse_prometheus)
 from ui.layout import explain, show_figure
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param

@@ -5,11 +5,11 @@ from __future__ import annotations
 from functools import cache
 
 from lab.serving.cost_model import CostModel, cost_model
-from lab.sizing.model_spec import load_presets
-from lab.serving.scheduler import Scheduler
-from lab.serving.runs import check_invariants
 from lab.serving.request import SchedulerConfig
+from lab.serving.runs import check_invariants
+from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import RequestSpec
+from lab.sizing.model_spec import load_presets
 
 
 @cache

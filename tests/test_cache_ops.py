@@ -131,6 +131,8 @@ def test_copy_blocks_many_pairs(shape: tuple[int, int, int, int]) -> None:
     order = torch.randperm(shape[0], generator=gen)
     src, dst, untouched = order[:40], order[40:80], order[80:]
     copy_blocks(key_cache, value_cache, torch.stack([src, dst], 1))
-    assert torch.equal(key_cache[dst], before_k[src]) and torch.equal(value_cache[dst], before_v[src])
-    assert torch.equal(key_cache[src], before_k[src]) and torch.equal(value_cache[src], before_v[src])
+    assert torch.equal(key_cache[dst], before_k[src])
+    assert torch.equal(value_cache[dst], before_v[src])
+    assert torch.equal(key_cache[src], before_k[src])
+    assert torch.equal(value_cache[src], before_v[src])
     assert torch.equal(key_cache[untouched], before_k[untouched])

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from lab.sizing.capacity import (GIB, LAB_MAX_BLOCKS, blocks_for_budget, capacity_sheet, kv_budget_sheet,
-                          lab_pool, load_gpus, weight_bytes_per_gpu)
+from lab.sizing.capacity import (
+    GIB,
+    LAB_MAX_BLOCKS,
+    blocks_for_budget,
+    capacity_sheet,
+    kv_budget_sheet,
+    lab_pool,
+    load_gpus,
+    weight_bytes_per_gpu,
+)
 from lab.sizing.kv_formula import kv_layout
 from lab.sizing.model_spec import ModelSpec, load_presets
 

@@ -5,8 +5,15 @@ import json
 
 import pytest
 
-from lab.scenarios.fragmentation import (FragConfig, block_size_sweep, make_workload, paged_replay, run,
-                               simulate, trace_json)
+from lab.scenarios.fragmentation import (
+    FragConfig,
+    block_size_sweep,
+    make_workload,
+    paged_replay,
+    run,
+    simulate,
+    trace_json,
+)
 from lab.serving.paged_replay import Request
 
 

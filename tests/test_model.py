@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from lab.memory.cache_manager import KVCacheManager
+from lab.memory.kv_pool import PoolConfig
 from lab.model.dense_cache import DenseKVCache
 from lab.model.generation import GenerationStep, SamplingParams, generate, sample
 from lab.model.gguf import GGUF_FILE, LoadedModel, gguf_path, load_smollm2
-from lab.memory.kv_pool import PoolConfig
 from lab.model.paged_cache import KernelPlan, PagedKVCache, pool_config_for
 
 CPU = torch.device("cpu")

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lab.sizing.kv_formula import kv_layout
 from lab.sizing.config_reader import MAX_CONFIG_BYTES, read_hf_config
+from lab.sizing.kv_formula import kv_layout
 from lab.sizing.model_spec import PRESETS_PATH, ConfigError, ModelSpec, load_presets
 
 LLAMA_31_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,

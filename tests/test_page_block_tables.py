@@ -8,8 +8,8 @@ from tests.page_helpers import assert_link_keeps, figures, metrics
 PAGE = "pages/block_tables.py"
 
 
-def engine_usage(step: int, params: WalkParams = WalkParams(), seed: int = 0):
-    manager, _ = run_walk(params, seed, step, store_kv=False)
+def engine_usage(step: int, params: WalkParams | None = None, seed: int = 0):
+    manager, _ = run_walk(params or WalkParams(), seed, step, store_kv=False)
     return manager.snapshot().usage
 
 

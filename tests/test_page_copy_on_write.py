@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from lab.scenarios.copy_on_write import BranchConfig, run
 from lab.figures.blocks import HIGHLIGHT_COLOR
+from lab.scenarios.copy_on_write import BranchConfig, run
 from tests.page_helpers import assert_link_keeps, figures, metrics
 
 PAGE = "pages/copy_on_write.py"

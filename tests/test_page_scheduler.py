@@ -6,8 +6,8 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from lab.serving.runs import frames
 from lab.serving.request import SchedulerConfig
+from lab.serving.runs import frames
 from lab.serving.workloads import from_preset
 from tests.page_helpers import figures
 from tests.scheduler_helpers import llama_h100

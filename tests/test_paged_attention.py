@@ -331,7 +331,7 @@ def test_kernels_from_several_threads_take_turns() -> None:
         try:
             for _ in range(4):
                 assert relative_error(paged_attention(**inputs[i]), refs[i]) < 1e-5
-        except Exception as e:  # noqa: BLE001  (reported below, with the thread's input)
+        except Exception as e:
             errors.append(f"input {i}: {e!r}")
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]

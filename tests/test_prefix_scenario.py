@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from lab.serving.paged_replay import Request
 from lab.scenarios.prefix_cache import PrefixConfig, PrefixScenario, make_workload, run, trace_json
+from lab.serving.paged_replay import Request
 
 SYSTEM = tuple(range(100, 116))  # 16 tokens: two full blocks of 8
 

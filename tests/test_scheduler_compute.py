@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab.serving.scheduler import Scheduler
-from lab.serving.runs import check_invariants
-from lab.serving.request import SchedulerConfig
 from lab.memory.swap import SwapSpace
+from lab.serving.request import SchedulerConfig
+from lab.serving.runs import check_invariants
+from lab.serving.scheduler import Scheduler
 from lab.serving.synthetic_kv import SyntheticKV
 from tests.engine_helpers import decode, make_manager, prefill
 from tests.scheduler_helpers import llama_h100, specs

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from lab.serving.scheduler import Scheduler
-from lab.serving.runs import check_invariants, snapshot
 from lab.serving.request import RequestState, SchedulerConfig
+from lab.serving.runs import check_invariants, snapshot
+from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import RequestSpec
 from tests.scheduler_helpers import llama_h100
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import pytest
 
-from lab.scenarios import copy_on_write as beams, fragmentation, prefix_cache as prefix_scenario
 from lab.figures.blocks import HIGHLIGHT_COLOR, block_table_figure, pool_grid, token_strip
 from lab.figures.common import STEP_LINE
 from lab.figures.cow import memory_figure
 from lab.figures.fragmentation import memory_maps, sweep_figure, timeline
 from lab.figures.prefix import cache_over_time, hash_chain
+from lab.scenarios import copy_on_write as beams
+from lab.scenarios import fragmentation
+from lab.scenarios import prefix_cache as prefix_scenario
 from lab.scenarios.block_tables import WalkParams, replay_walk
 from ui.layout import _scaled
 

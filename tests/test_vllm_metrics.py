@@ -10,9 +10,14 @@ import time
 
 import pytest
 
+from lab.vllm.metrics_text import (
+    DISABLE_ENV,
+    MetricsError,
+    engine_view,
+    fetch_metrics,
+    parse_prometheus,
+)
 from lab.vllm.startup_log import LogError, parse_startup_log
-from lab.vllm.metrics_text import (DISABLE_ENV, MetricsError, engine_view, fetch_metrics,
-                              parse_prometheus)
 
 # Our own fixture, in the exposition format a vLLM server uses (values made up).
 CURRENT = """\
@@ -98,7 +103,7 @@ def test_bad_text_is_named(text, message):
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 (http.server's name)
+    def do_GET(self):
         if self.path == "/metrics":
             body = CURRENT.encode()
         elif self.path == "/big":

@@ -7,13 +7,22 @@ import random
 import pytest
 import torch
 
-from lab.scenarios.attention import can_relocate, replay_attention
 from lab.memory.block_pool import PoolExhausted
-from lab.memory.relocate import relocate
 from lab.memory.block_table import blocks_for
-from lab.scenarios.block_tables import (WalkParams, WalkTooBig, blocks_held, describe_step,
-                             final_tail_slots, last_step, replay_walk, run_walk, synthetic_kv,
-                             walk_requests)
+from lab.memory.relocate import relocate
+from lab.scenarios.attention import can_relocate, replay_attention
+from lab.scenarios.block_tables import (
+    WalkParams,
+    WalkTooBig,
+    blocks_held,
+    describe_step,
+    final_tail_slots,
+    last_step,
+    replay_walk,
+    run_walk,
+    synthetic_kv,
+    walk_requests,
+)
 from tests.engine_helpers import decode, make_manager, prefill
 
 SMALL = WalkParams(block_size=4, prompt_len=6, output_len=5, num_requests=3, num_blocks=16,

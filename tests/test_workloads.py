@@ -5,8 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lab.serving.workloads import (MAX_CSV_BYTES, MAX_REQUESTS, LengthDist, WorkloadError, describe,
-                           from_preset, generate, parse_csv)
+from lab.serving.workloads import (
+    MAX_CSV_BYTES,
+    MAX_REQUESTS,
+    LengthDist,
+    WorkloadError,
+    describe,
+    from_preset,
+    generate,
+    parse_csv,
+)
 
 
 @pytest.mark.parametrize("name, prompt_mean, output_mean", [("sharegpt", 161, 338),

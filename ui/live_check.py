@@ -1,8 +1,9 @@
 """The kernel check of an animated page whose figures come from a fast allocator-only run.
 
 The page's scenario is rebuilt on the real KV pool (`store_kv=True`) and kept per user in
-`st.session_state` (a `lab.scenarios.live_run.LiveRun`): Step costs one more step on the pool, Back or a
-jump rebuilds it from the seed. Then the Triton kernel and dense attention run on that pool.
+`st.session_state` (a `lab.scenarios.live_run.LiveRun`): Step costs one more step on the pool,
+Back or a jump rebuilds it from the seed. Then the Triton kernel and dense attention run on
+that pool.
 """
 
 from __future__ import annotations

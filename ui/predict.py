@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 
 import streamlit as st
 
-
 Answer = int | str
 
 

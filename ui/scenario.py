@@ -33,7 +33,8 @@ def or_stop(build: Callable[[], T], *, errors: type[Exception] = ValueError,
 
 def cached(replay: Callable[P, T], *, max_entries: int = 64,
            spinner: bool | str = False) -> Callable[P, T]:
-    """`replay` (a module-level engine function, e.g. `lab.scenarios.copy_on_write.run`) cached per arguments.
+    """`replay` (a module-level engine function, e.g. `lab.scenarios.copy_on_write.run`) cached
+    per arguments.
 
     The cache belongs to `replay` itself (Streamlit keys it by its module, name and source),
     so each engine function keeps its own entries across reruns and pages. Callers must not

@@ -12,14 +12,21 @@ from typing import Any
 
 import streamlit as st
 
-from lab.sizing.capacity import load_gpus
-from lab.serving.cost_model import CostModel, cost_model
 from lab.figures.scheduler import chain_figure, length_histograms, serving_timeseries, sweep_figure
+from lab.serving.cost_model import CostModel, cost_model
 from lab.serving.metrics import Summary, series, summarize
-from lab.sizing.model_spec import load_presets
-from lab.serving.runs import block_size_sweep, chain, pool_size_sweep, replay
 from lab.serving.request import SchedulerConfig
-from lab.serving.workloads import PRESETS, RequestSpec, WorkloadError, describe, from_preset, parse_csv
+from lab.serving.runs import block_size_sweep, chain, pool_size_sweep, replay
+from lab.serving.workloads import (
+    PRESETS,
+    RequestSpec,
+    WorkloadError,
+    describe,
+    from_preset,
+    parse_csv,
+)
+from lab.sizing.capacity import load_gpus
+from lab.sizing.model_spec import load_presets
 from ui.layout import explain, show_figure
 from ui.state import choice_param, float_param, int_param
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from lab.figures.blocks import (EDGE_COLOR, FONT_SIZE, PALETTE, base_figure, label_margin,
-                                lighten)
+from lab.figures.blocks import EDGE_COLOR, FONT_SIZE, PALETTE, base_figure, label_margin, lighten
 from lab.figures.common import over_time_figure, two_panels
 from lab.scenarios.fragmentation import FragFrame, SweepRow
 

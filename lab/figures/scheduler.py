@@ -29,7 +29,7 @@ def region_map(regions: Sequence[tuple[int, int, int, int]], capacity: int) -> g
     """The contiguous baseline's address space: each request's reservation (pale) and the part
     holding tokens (solid); the gaps are free holes."""
     fig = go.Figure()
-    for i, (req, start, reserved, held) in enumerate(sorted(regions, key=lambda r: r[1])):
+    for req, start, reserved, held in sorted(regions, key=lambda r: r[1]):
         color = PALETTE[req % len(PALETTE)]
         fig.add_bar(y=[""], x=[reserved], base=[start], orientation="h", marker_color=color,
                     opacity=0.3, hovertext=f"R{req}: reserved {reserved} slots from {start}",

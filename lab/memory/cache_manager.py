@@ -13,10 +13,10 @@ import itertools
 import torch
 
 from lab.memory.block_pool import BlockPool, KVCacheError, PoolExhausted
+from lab.memory.block_table import Sequence, blocks_for
 from lab.memory.events import EventLog
 from lab.memory.kv_pool import KVPool, PoolConfig
 from lab.memory.prefix_cache import HashFn, chain, hash_block, longest_hit
-from lab.memory.block_table import Sequence, blocks_for
 from lab.memory.snapshot import Snapshot, take_snapshot
 
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.backend import device as active_device
 from kernels.cache_ops import copy_blocks, write_kv
 from kernels.reference import gather_kv
-from kernels.backend import device as active_device
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from lab.memory.block_pool import BlockPool, PoolExhausted
-from lab.memory.cache_manager import KVCacheManager
 from lab.memory.block_table import blocks_for
+from lab.memory.cache_manager import KVCacheManager
 
 
 @dataclass

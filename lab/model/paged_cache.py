@@ -22,15 +22,15 @@ from typing import Literal
 
 import torch
 
+from kernels.backend import backend
 from kernels.cache_ops import write_kv
 from kernels.paged_attention import paged_attention
 from kernels.reference import AttentionCheck, compare, dense_attention
-from lab.model.step_layout import StepLayout, context_attention
-from kernels.backend import backend
+from lab.memory.block_table import Sequence
 from lab.memory.cache_manager import KVCacheManager
 from lab.memory.kv_pool import PoolConfig
+from lab.model.step_layout import StepLayout, context_attention
 from lab.model.transformer import ModelConfig
-from lab.memory.block_table import Sequence
 
 KERNEL = "Triton paged_attention kernel"
 GATHER = "torch gather through the block tables"

@@ -3,7 +3,8 @@
 The model weights are shared and read-only; the `ModelSession` owns a KVCacheManager whose pool
 is shaped for the model (30 layers, 3 KV heads, head dim 64). A request frees the previous
 request's sequences (their full blocks stay in the prefix cache as cached-free blocks), admits
-the chat prompt — reusing cached prefix blocks — and streams one `GenerationFrame` per generated token.
+the chat prompt — reusing cached prefix blocks — and streams one `GenerationFrame` per generated
+token.
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ from dataclasses import dataclass
 import torch
 
 from lab.memory.block_pool import PoolExhausted
+from lab.memory.block_table import blocks_for
 from lab.memory.cache_manager import KVCacheManager
-from lab.model.dense_cache import DenseKVCache
 from lab.memory.events import Event
+from lab.memory.snapshot import Snapshot
+from lab.model.dense_cache import DenseKVCache
 from lab.model.generation import SamplingParams, generate
 from lab.model.gguf import LoadedModel
+from lab.model.paged_cache import ForwardReport, PagedKVCache, pool_config_for
 from lab.sizing.kv_formula import kv_layout
-from lab.model.paged_cache import PagedKVCache, ForwardReport, pool_config_for
-from lab.memory.block_table import blocks_for
-from lab.memory.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -118,12 +119,13 @@ class ModelSession:
             done.update(step.finished)
             events = tuple(self.manager.events.since(mark))
             mark = len(self.manager.events)
-            yield GenerationFrame(step.index, {k: list(v) for k, v in tokens.items()}, frozenset(done),
-                        self.manager.snapshot(), events,
-                        self.cache.reports[-1] if self.cache.reports else None,
-                        time.perf_counter() - start)
+            yield GenerationFrame(step.index, {k: list(v) for k, v in tokens.items()},
+                                  frozenset(done), self.manager.snapshot(), events,
+                                  self.cache.reports[-1] if self.cache.reports else None,
+                                  time.perf_counter() - start)
 
-    def finish(self, question: str, frames: list[GenerationFrame], params: SamplingParams) -> RequestResult:
+    def finish(self, question: str, frames: list[GenerationFrame],
+               params: SamplingParams) -> RequestResult:
         """Summarise a streamed request and check it against the dense cache."""
         assert self.request is not None and frames, "finish() follows a run()"
         final = frames[-1]

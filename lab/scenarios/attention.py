@@ -12,14 +12,19 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from kernels.reference import SoftmaxStep, online_softmax_steps
-from kernels.reference import AttentionCheck
+from kernels.reference import AttentionCheck, SoftmaxStep, online_softmax_steps
+from lab.memory.block_table import blocks_for
 from lab.memory.kernel_check import check_kernel
 from lab.memory.relocate import relocate
 from lab.memory.snapshot import Snapshot
-from lab.memory.block_table import blocks_for
-from lab.scenarios.block_tables import (WalkParams, blocks_required, last_step, run_walk, synthetic_kv,
-                             walk_requests)
+from lab.scenarios.block_tables import (
+    WalkParams,
+    blocks_required,
+    last_step,
+    run_walk,
+    synthetic_kv,
+    walk_requests,
+)
 
 MAX_PLACEMENTS = 20
 

@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from kernels.reference import AttentionCheck
-from lab.memory.kernel_check import check_kernel
+from lab.memory.block_table import blocks_for
 from lab.memory.cache_manager import KVCacheManager
 from lab.memory.events import Event
+from lab.memory.kernel_check import check_kernel
 from lab.memory.kv_pool import PoolConfig
-from lab.memory.block_table import blocks_for
 from lab.memory.snapshot import Snapshot
 from lab.serving.synthetic_kv import VOCAB, SyntheticKV
 

@@ -17,12 +17,12 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from kernels.reference import AttentionCheck
+from lab.memory.block_table import blocks_for
 from lab.memory.cache_manager import KVCacheManager
 from lab.memory.events import Event
 from lab.memory.kv_pool import PoolConfig
-from lab.serving.paged_replay import check_newest_tokens, write_appended
-from lab.memory.block_table import blocks_for
 from lab.memory.snapshot import Snapshot
+from lab.serving.paged_replay import check_newest_tokens, write_appended
 from lab.serving.synthetic_kv import VOCAB, SyntheticKV
 
 Mode = Literal["parallel", "beam"]

@@ -12,12 +12,12 @@ import json
 import random
 from dataclasses import asdict, dataclass
 
+from lab.memory.block_table import blocks_for
 from lab.memory.cache_manager import KVCacheManager
 from lab.memory.contiguous import ContiguousAllocator, Region
 from lab.memory.kv_pool import PoolConfig
-from lab.serving.paged_replay import PagedReplay, Request, RequestQueue
-from lab.memory.block_table import blocks_for
 from lab.memory.snapshot import Snapshot
+from lab.serving.paged_replay import PagedReplay, Request, RequestQueue
 from lab.serving.synthetic_kv import VOCAB, SyntheticKV
 
 BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 physical id per logical block
@@ -174,7 +174,7 @@ def _steps(cfg: FragConfig, requests: list[Request], max_steps: int):
 def trace_json(cfg: FragConfig, seed: int, step: int) -> str:
     """The event traces of both systems up to `step`, with what replays them."""
     requests = make_workload(cfg, seed)
-    for contiguous, paged in _steps(cfg, requests, step + 1):
+    for contiguous, paged in _steps(cfg, requests, step + 1):  # noqa: B007 (kept after the loop)
         if paged.step == step:
             break
     return json.dumps({

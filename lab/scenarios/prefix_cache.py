@@ -16,12 +16,12 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from kernels.reference import AttentionCheck
+from lab.memory.block_table import blocks_for
 from lab.memory.cache_manager import KVCacheManager
 from lab.memory.events import Event
 from lab.memory.kv_pool import PoolConfig
-from lab.serving.paged_replay import PagedReplay, Request, StepReport
-from lab.memory.block_table import blocks_for
 from lab.memory.snapshot import Snapshot
+from lab.serving.paged_replay import PagedReplay, Request, StepReport
 from lab.serving.synthetic_kv import VOCAB, SyntheticKV
 
 

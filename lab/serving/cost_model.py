@@ -13,9 +13,9 @@ chunks together). It must
 Decode iterations with small batches are memory-bound (the weights dominate); prefill and large
 batches become compute-bound. This is a teaching model: no kernel efficiency factors, no
 communication, no CPU overhead; MoE models are charged for all their weights (an upper bound).
-Model geometry and weights come from the calculator's presets (lab/model_config.py,
-lab/kv_formula.py, lab/capacity.py); the bandwidth and peak rate of each GPU preset are data-sheet figures kept in
-assets/gpus.json.
+Model geometry and weights come from the calculator's presets (lab/sizing/: model_spec.py,
+kv_formula.py, capacity.py); the bandwidth and peak rate of each GPU preset are data-sheet
+figures kept in assets/gpus.json.
 """
 
 from __future__ import annotations

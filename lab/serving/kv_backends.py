@@ -19,14 +19,14 @@ import numpy as np
 import torch
 
 from kernels.reference import AttentionCheck
-from lab.memory.kernel_check import check_kernel
+from lab.memory.block_table import blocks_for
 from lab.memory.cache_manager import KVCacheManager
 from lab.memory.contiguous import ContiguousAllocator
+from lab.memory.kernel_check import check_kernel
 from lab.memory.kv_pool import PoolConfig
-from lab.serving.request import Request, SchedulerConfig
-from lab.memory.block_table import blocks_for
 from lab.memory.snapshot import Snapshot
 from lab.memory.swap import SwapSpace
+from lab.serving.request import Request, SchedulerConfig
 from lab.serving.synthetic_kv import SyntheticKV
 
 Batch = list[tuple[Request, int, int]]  # (request, first new position, new tokens)

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 import torch
 
 from kernels.reference import AttentionCheck
-from lab.memory.kernel_check import check_kernel
 from lab.memory.block_pool import PoolExhausted
-from lab.memory.cache_manager import KVCacheManager
 from lab.memory.block_table import blocks_for
+from lab.memory.cache_manager import KVCacheManager
+from lab.memory.kernel_check import check_kernel
 from lab.serving.synthetic_kv import SyntheticKV
 
 

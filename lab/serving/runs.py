@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from lab.memory.contiguous import ContiguousUsage
+from lab.memory.snapshot import Snapshot
 from lab.serving.cost_model import CostModel
 from lab.serving.metrics import Summary, summarize
-from lab.serving.scheduler import Scheduler
 from lab.serving.request import IterationRecord, Request, SchedulerConfig
-from lab.memory.snapshot import Snapshot
+from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import RequestSpec
 
 Progress = Callable[[float], None] | None

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab.sizing.model_spec import ModelSpec
 from lab.memory.block_table import blocks_for
+from lab.sizing.model_spec import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ checked on construction (`spec_errors`); `ConfigError` names each bad field. The
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields as dataclass_fields
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from functools import cache
 from pathlib import Path
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import socket
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -230,7 +229,7 @@ def fetch_metrics(url: str, timeout: float = FETCH_TIMEOUT_S,
             body = response.read(max_bytes + 1)
     except urllib.error.HTTPError as err:
         raise MetricsError(f"{parts.hostname} answered HTTP {err.code} ({err.reason})") from None
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         raise MetricsError(f"{parts.hostname} did not answer within {timeout:g} s") from None
     except urllib.error.URLError as err:
         raise MetricsError(f"could not reach {parts.hostname}: {err.reason}") from None

@@ -104,7 +104,7 @@ def wait_settled(page, *, start_grace_ms: int = 250, quiet_ms: int = 300) -> Non
     """
     try:
         page.wait_for_selector(RUNNING, state="attached", timeout=start_grace_ms)
-    except Exception:  # noqa: BLE001 (playwright's TimeoutError: the run may already be over)
+    except Exception:
         pass
     while True:
         page.wait_for_function(IDLE_JS, timeout=SETTLE_TIMEOUT_MS)

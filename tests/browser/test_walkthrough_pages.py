@@ -6,8 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.harness import (STEP_THUMB, VIEWPORT, click_control, current_step,
-                                   exceptions, open_page, screenshot, wait_settled)
+from tests.browser.harness import (
+    STEP_THUMB,
+    VIEWPORT,
+    click_control,
+    current_step,
+    exceptions,
+    open_page,
+    screenshot,
+    wait_settled,
+)
 
 pytestmark = pytest.mark.browser
 PLAY_TIMEOUT_MS = 60_000
