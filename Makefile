@@ -36,7 +36,7 @@ chromium:
 	fi
 
 run: install
-	$(PY) -m streamlit run app.py --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
+	$(PY) -m ui.serve --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
 
 test: install-test
 	$(PY) -m pytest

@@ -22,7 +22,7 @@ from lab.serving.metrics import summarize
 from lab.serving.request import SchedulerConfig
 from lab.serving.runs import run
 from lab.serving.scheduler import Scheduler
-from lab.serving.workloads import describe, from_preset
+from lab.serving.workloads import from_preset, workload_stats
 from lab.sizing.capacity import GIB, capacity_sheet, load_gpus, weight_bytes_per_gpu
 from lab.sizing.kv_formula import kv_layout
 from lab.sizing.model_spec import load_presets
@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     requests = from_preset("sharegpt", args.requests, seed=args.seed)
-    d = describe(requests)
+    d = workload_stats(requests)
     cost = cost_model(load_presets()[MODEL], GPU)
     blocks = pool_blocks(16)
     print(f"{d['requests']:,} requests, prompt mean {d['prompt_mean']:.0f}, output mean "

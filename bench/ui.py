@@ -1,12 +1,13 @@
 """Time, in the real browser, from clicking Step to the page having settled, per page.
 
-Starts `streamlit run app.py` on a free localhost port and drives Debian's Chromium (headless,
-through Playwright). For each animated page at its default sizes: click Step, then wait until
-the step slider shows the new step, Streamlit reports no script run in progress, no element is
-stale and every figure has been drawn by plotly.js (tests/browser/harness.py: IDLE_JS). "Step"
-times a step never seen before (the engine replays it and runs the kernel); "Back" times a step
-already seen (the replay is cached: rendering only). Clicks are --think
-seconds apart, like a reader's: pages compute the next step in the background meanwhile.
+Starts the app (`python -m ui.serve`, as `make run` does) on a free localhost port and drives
+Debian's Chromium (headless, through Playwright). For each animated page at its default sizes:
+click Step, then wait until the step slider shows the new step, Streamlit reports no script run
+in progress, no element is stale and every figure has been drawn by plotly.js
+(tests/browser/harness.py: IDLE_JS). "Step" times a step never seen before (the live pool
+plays it and runs the kernel); "Back" times a step already seen (frames and checks are kept:
+rendering only). Clicks are --think seconds apart, like a reader's: pages compute the next
+step's check in the background meanwhile.
 Times run on the page's own clock, from the click event on the button to the animation frame in
 which the page is seen settled; Playwright's checks before it clicks (that the button is visible
 and has stopped moving: two animation frames and a few round trips, ~40 ms here) are left out,
@@ -32,8 +33,9 @@ from playwright.sync_api import sync_playwright
 
 from kernels.backend import backend
 from lab.figures.blocks import block_table_figure, pool_grid, token_strip
-from lab.scenarios.attention import replay_attention
-from lab.scenarios.block_tables import WalkParams, replay_walk
+from lab.memory.kv_pool import PoolConfig
+from lab.scenarios.attention import AttentionConfig, AttentionStory
+from lab.scenarios.block_tables import BlockTablesStory, WalkParams
 from tests.browser.harness import (
     CHROMIUM,
     IDLE_JS,
@@ -97,29 +99,37 @@ def compute_ms(name: str, steps: int) -> float:
     reference, figures), in this process: a reading that other load on the machine barely
     moves, unlike the wall times of the browser columns."""
     times = []
+    if name == "block_tables":  # frames are shared; a new step plays one more on the pool
+        story = BlockTablesStory(WalkParams(output_len=12), 0)
+        walk, live = story.frames(), story.live()
     for step in range(1, steps + 1):
         start = time.process_time()
         if name == "block_tables":
-            frame = replay_walk(WalkParams(output_len=12), 0, step)
+            live.check(step)
             for build in (token_strip, block_table_figure, pool_grid):
-                build(frame.snapshot, frame.seq_names)
-        else:  # a step only changes the view: the replay is cached per placement
-            frame = attention_frame()
-            pool_grid(frame.snapshot, frame.seq_names, highlight=frame.block_table[:step])
+                build(walk[step].snapshot, walk[step].seq_names)
+        else:  # a step only changes the view: the frames are cached per placement
+            frame = attention_frames()[step]
+            pool_grid(frame.snapshot, frame.seq_names, highlight=frame.read)
         times.append((time.process_time() - start) * 1000)
     return statistics.median(times)
 
 
+def attention_story(placement: int) -> AttentionStory:
+    walk = WalkParams(PoolConfig(num_blocks=64, block_size=8), output_len=20)
+    return AttentionStory(AttentionConfig(walk, placement=placement), 0)
+
+
 @cache
-def attention_frame():
-    return replay_attention(WalkParams(block_size=8), 0, "A", 0)
+def attention_frames():
+    return attention_story(0).frames()
 
 
 def shuffle_ms() -> float:
     """CPU time of a new placement on Attention: walk, relocation, two kernel checks."""
-    attention_frame()
+    attention_frames()
     start = time.process_time()
-    replay_attention(WalkParams(block_size=8), 0, "A", 1)
+    attention_story(1).frames()
     return (time.process_time() - start) * 1000
 
 

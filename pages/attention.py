@@ -3,13 +3,12 @@
 import streamlit as st
 
 from lab.figures.blocks import legend_markdown, pool_grid
-from lab.scenarios.attention import MAX_PLACEMENTS, can_relocate, replay_attention
-from lab.scenarios.block_tables import REQUEST_NAMES
-from ui.export import export_trace
-from ui.kernel_badge import attention_badge
+from lab.scenarios.attention import MAX_PLACEMENTS, AttentionConfig, AttentionStory
+from lab.scenarios.block_tables import request_name
+from ui.kernel_badge import kernel_badge
 from ui.layout import explain, settings, show_figure
 from ui.predict import predict
-from ui.scenario import cached
+from ui.scenario import export_trace, frames, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, register, seed
 from ui.step_controls import step_controls
@@ -32,15 +31,15 @@ with settings():
         "block_size": "Tokens per block.",
         "requests": "Other requests interleave their blocks with the chosen one's."})
     left, right = st.columns(2)
-    request = choice_param("Sequence", "seq", list(REQUEST_NAMES[:params.num_requests]),
+    request = choice_param("Sequence", "seq",
+                           [request_name(i) for i in range(params.num_requests)],
                            default="A", widget="segmented", container=left,
                            help="Whose attention to follow, at the end of all requests' "
                                 "decoding.")
     head = choice_param("Head shown in the bookkeeping", "head", [0, 1], default=0,
                         widget="segmented", container=right)
 
-check_walk(params)
-frame_for = cached(replay_attention, max_entries=256)
+check_walk(params, seed())
 
 
 def _shuffle() -> None:
@@ -48,7 +47,7 @@ def _shuffle() -> None:
                                         MAX_PLACEMENTS)
 
 
-movable = can_relocate(params, seed(), request)
+movable = AttentionStory(AttentionConfig(params, request, 0, head), seed()).can_relocate()
 shuffle_col, placement_col = st.columns(2, vertical_alignment="bottom")
 shuffle_col.button("Shuffle placement", key="shuffle", icon=":material/shuffle:",
                    on_click=_shuffle, disabled=not movable,
@@ -63,12 +62,15 @@ if not movable:
     placement = 0
 register("placement", placement)
 
-frame = frame_for(params, seed(), request, placement, head)
-num_logical = len(frame.block_table)
+story = or_stop(lambda: AttentionStory(AttentionConfig(params, request, placement, head),
+                                        seed()))
+all_frames = frames(story, spinner="Reading the blocks through the kernel…")
+num_logical = len(all_frames) - 1
 
 
 def show_step(step: int) -> None:
-    read = frame.block_table[:step]  # physical blocks the kernel has read so far, logical order
+    frame = all_frames[step]
+    read = frame.read  # physical blocks the kernel has read so far, logical order
 
     st.markdown(f"**Block table of {request}** ({frame.num_tokens} tokens): logical "
                 + ", ".join(f"L{i} → **{p}**" for i, p in enumerate(frame.block_table))
@@ -76,7 +78,7 @@ def show_step(step: int) -> None:
                    if placement else ""))
     badge_col, shift_col = st.columns([2, 1])
     with badge_col:
-        attention_badge(frame.check)
+        kernel_badge(frame.check)
     shift_col.metric("Output change", f"{frame.output_shift:.1e}",
                      help="Largest difference between the kernel's output now and at placement 0 "
                           "(before any shuffle): the block table hides where blocks live.")
@@ -111,9 +113,10 @@ predict("att_shift", "If we shuffle where this sequence's blocks live in the poo
         choices=["It changes a little (rounding)", "It is bit-for-bit identical",
                  "It changes completely"],
         answer=lambda: ("It is bit-for-bit identical"
-                        if frame_for(params, seed(), request, 1 if movable else 0,
-                                     head).output_shift == 0
+                        if frames(AttentionStory(AttentionConfig(params, request,
+                                                                 1 if movable else 0, head),
+                                                 seed()))[0].output_shift == 0
                         else "It changes a little (rounding)"),
         explanation="The kernel reads the same K/V in the same logical order, only from other "
                     "addresses, so every floating-point operation is the same.")
-export_trace(frame.trace_json, key="att_trace", file_name=f"attention_{request}.json")
+export_trace(story, num_logical)

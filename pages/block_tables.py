@@ -4,22 +4,13 @@ import streamlit as st
 
 from lab.figures.blocks import block_table_figure, legend_markdown, pool_grid, token_strip
 from lab.memory.block_table import blocks_for
-from lab.scenarios.block_tables import (
-    blocks_held,
-    describe_step,
-    final_tail_slots,
-    last_step,
-    replay_walk,
-    walk_requests,
-)
-from ui.export import export_trace
-from ui.kernel_badge import attention_badge
+from lab.scenarios.block_tables import BlockTablesStory
 from ui.layout import bullets, explain, settings, show_figure
 from ui.predict import predict
-from ui.scenario import cached
+from ui.scenario import export_trace, frames, live_badge
 from ui.sidebar import sidebar
 from ui.state import seed
-from ui.step_controls import prefetch_next, step_controls
+from ui.step_controls import step_controls
 from ui.walk_settings import check_walk, walk_settings
 
 sidebar()
@@ -45,15 +36,16 @@ with settings():
     st.caption("K/V values are seeded random numbers per (token id, position), not a model's: "
                "the allocator and the attention kernel do not care where they come from.")
 
-check_walk(params)
-block_size, num_blocks = params.block_size, params.num_blocks
-frame_at = cached(replay_walk, max_entries=512)
-last = last_step(params, seed())
+check_walk(params, seed())
+story = BlockTablesStory(params, seed())
+block_size, num_blocks = params.pool.block_size, params.pool.num_blocks
+all_frames = frames(story)
+last = len(all_frames) - 1
 
 
 def show_step(step: int) -> None:
-    frame = frame_at(params, seed(), step)
-    bullets(describe_step(frame, block_size))
+    frame = all_frames[step]
+    bullets(story.caption(frame))
 
     usage = frame.snapshot.usage
     live = len(frame.snapshot.sequences)
@@ -67,8 +59,7 @@ def show_step(step: int) -> None:
               help=f"Unused tail slots stay below one block per sequence: {live} sequence(s) × "
                    f"{block_size} slots.")
     with st.container():  # one block whether or not there is a badge: later ones stay put
-        if frame.check is not None:
-            attention_badge(frame.check)
+        live_badge(story, step, last, idle="The pool is empty: no attention to check yet.")
 
     names = frame.seq_names
     show_figure(token_strip(frame.snapshot, names), key="strip", file_name="token_strip")
@@ -85,22 +76,20 @@ def show_step(step: int) -> None:
             "cell is the physical block that holds it; on the pool, each tile is a physical block "
             "and its bar shows how many of its slots hold tokens. Hover any cell for its slot.",
             title="How to read the figures")
-    export_trace(frame.trace_json, key="bt_trace", file_name=f"block_tables_step{step}.json")
-    run_seed = seed()  # read here: the prefetch thread has no access to session state
-    prefetch_next(lambda s: frame_at(params, run_seed, s), step, last)
+    export_trace(story, step)
 
 
 show_step(step_controls(last))
-first = walk_requests(params, seed())[0]
-target = min(first.total_len, len(first.prompt) + 3)
+first = story.requests[0]
+target = min(first.total_len, first.prompt_len + 3)
 predict("bt_blocks",
-        f"Request A has a {len(first.prompt)}-token prompt and the block size is {block_size}. "
+        f"Request A has a {first.prompt_len}-token prompt and the block size is {block_size}. "
         f"How many physical blocks does A hold once it has {target} tokens?",
-        answer=blocks_held(params, seed(), target),
+        answer=story.blocks_held(all_frames, target),
         explanation=f"Blocks are taken one at a time, only when the last is full: "
                     f"⌈{target} / {block_size}⌉ blocks.")
 predict("bt_tail",
         f"A stops after {first.total_len} tokens. How many slots of its last block stay unused?",
-        answer=lambda: final_tail_slots(params, seed()),
+        answer=story.tail_slots(all_frames[-1], 0),
         explanation="The only waste of paging is the unused tail of the last block: always "
                     "fewer than one block per sequence, whatever the output length.")

@@ -4,19 +4,11 @@ import streamlit as st
 
 from lab.figures.blocks import block_table_figure, legend_markdown, pool_grid
 from lab.figures.cow import memory_figure
-from lab.scenarios.copy_on_write import (
-    BranchConfig,
-    BranchScenario,
-    branch_name,
-    describe,
-    run,
-    trace_json,
-)
-from ui.export import export_trace
+from lab.memory.kv_pool import PoolConfig
+from lab.scenarios.copy_on_write import BranchConfig, CopyOnWriteStory, branch_name
 from ui.layout import bullets, explain, settings, show_figure
-from ui.live_check import live_badge
 from ui.predict import predict
-from ui.scenario import cached, or_stop
+from ui.scenario import export_trace, frames, live_badge, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
 from ui.step_controls import step_controls
@@ -50,15 +42,16 @@ with settings():
                            max_value=128, widget="number", container=right)
 
 cfg = or_stop(lambda: BranchConfig(
-    mode=mode, num_branches=num_branches, prompt_len=prompt_len, max_new_tokens=new_tokens,
-    block_size=block_size, num_blocks=num_blocks))
-frames = cached(run)(cfg, seed())
+    PoolConfig(num_blocks=num_blocks, block_size=block_size), mode=mode,
+    num_branches=num_branches, prompt_len=prompt_len, max_new_tokens=new_tokens))
+story = CopyOnWriteStory(cfg, seed())
+all_frames = frames(story)
 
 
 def show_step(step: int) -> None:
-    frame = frames[step]
+    frame = all_frames[step]
     names = {s.seq_id: branch_name(s.seq_id) for s in frame.snapshot.sequences}
-    bullets(describe(frame, mode) or ["Nothing is allocated, copied or freed at this step: "
+    bullets(story.caption(frame) or ["Nothing is allocated, copied or freed at this step: "
                                       "every branch writes into its own block."])
 
     shared = sum(b.ref_count > 1 for b in frame.snapshot.blocks)
@@ -73,9 +66,8 @@ def show_step(step: int) -> None:
     m4.metric("Block copies so far", frame.copies,
               help="Copy-on-write copies: one block each time a branch wrote into a shared, "
                    "partly filled block.")
-    run_seed = seed()  # read here: the next step's check runs in a thread without session state
-    live_badge("cow_live", (cfg, run_seed), lambda: BranchScenario(cfg, run_seed, store_kv=True),
-               step, len(frames) - 1, idle="Every branch has ended: no attention to check.")
+    live_badge(story, step, len(all_frames) - 1,
+               idle="Every branch has ended: no attention to check.")
 
     copied = sorted({b for e in frame.events if e.kind == "copy"
                      for b in (e.detail["src"], e.detail["dst"])})
@@ -93,13 +85,12 @@ def show_step(step: int) -> None:
                     key="cow_pool", file_name="kv_pool")
     st.markdown(legend_markdown(frame.snapshot, names) + " &nbsp; red outline: a copy at this "
                 "step (the shared source and its new copy)", unsafe_allow_html=True)
-    show_figure(memory_figure(frames, step), key="cow_memory", file_name="cow_memory")
-    export_trace(trace_json(cfg, seed(), step), key="cow_trace",
-                 file_name=f"copy_on_write_step{step}.json")
+    show_figure(memory_figure(all_frames, step), key="cow_memory", file_name="cow_memory")
+    export_trace(story, step)
 
 
-show_step(step_controls(len(frames) - 1))
-first_copies = frames[1].copies if len(frames) > 1 else 0
+show_step(step_controls(len(all_frames) - 1))
+first_copies = all_frames[1].copies if len(all_frames) > 1 else 0
 partial = prompt_len % block_size
 predict("cow_copies",
         f"The {prompt_len}-token prompt fills {prompt_len // block_size} full block(s) "

@@ -7,17 +7,13 @@ from lab.figures.fragmentation import memory_maps, sweep_figure, timeline
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.fragmentation import (
     FragConfig,
+    FragmentationStory,
     MemoryStats,
     block_size_sweep,
-    paged_replay,
-    run,
-    trace_json,
 )
-from ui.export import export_trace
-from ui.layout import explain, settings, show_figure
-from ui.live_check import live_badge
+from ui.layout import bullets, explain, settings, show_figure
 from ui.predict import predict
-from ui.scenario import cached, or_stop
+from ui.scenario import export_trace, frames, live_badge, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
 from ui.step_controls import step_controls
@@ -52,11 +48,12 @@ with settings():
     right.caption("Prompts are 16-96 tokens. The same seed gives the same requests.")
 
 cfg = or_stop(lambda: FragConfig(
-    num_requests=num_requests, block_size=block_size,
-    num_blocks=max(1, pool_slots // block_size), max_output=max_output, mean_output=mean_output))
-run_both = cached(run, max_entries=32, spinner="Running the workload on both allocators…")
-requests, frames = run_both(cfg, seed())
-bytes_per_token = PoolConfig(block_size=block_size).bytes_per_token
+    PoolConfig(num_blocks=max(1, pool_slots // block_size), block_size=block_size),
+    num_requests=num_requests, max_output=max_output, mean_output=mean_output))
+story = FragmentationStory(cfg, seed())
+all_frames = frames(story, spinner="Running the workload on both allocators…")
+requests = story.requests()
+bytes_per_token = cfg.pool.bytes_per_token
 
 
 def _row(name: str, s: MemoryStats) -> dict:
@@ -68,7 +65,9 @@ def _row(name: str, s: MemoryStats) -> dict:
 
 
 def show_step(step: int) -> None:
-    frame = frames[step]
+    frame = all_frames[step]
+    bullets(story.caption(frame) or ["Every running request decodes one token; nobody is "
+                                     "admitted or finishes."])
     c, p = frame.contiguous, frame.paged
     wasted_c, wasted_p = round(c.wasted_pct), round(p.wasted_pct)
     m1, m2, m3, m4 = st.columns(4)
@@ -79,9 +78,7 @@ def show_step(step: int) -> None:
               help="Internal + external fragmentation, as a share of the pool.")
     m4.metric("Wasted: paged", f"{wasted_p}%", delta=f"{wasted_p - wasted_c:+d} points",
               delta_color="inverse" if wasted_p != wasted_c else "off")
-    run_seed = seed()  # read here: the next step's check runs in a thread without session state
-    live_badge("frag_live", (cfg, run_seed), lambda: paged_replay(cfg, requests, run_seed), step,
-               len(frames) - 1,
+    live_badge(story, step, len(all_frames) - 1,
                idle="The paged server runs no request at this step (it has finished them all, "
                     "or none has arrived): no attention to check on its pool.")
 
@@ -93,16 +90,16 @@ def show_step(step: int) -> None:
                "Each request (R0, R1, ...) keeps its colour in both rows.")
     # A static table: st.dataframe's interactive grid cost ~50 ms more to draw on every step.
     st.table(pd.DataFrame([_row("Contiguous", c), _row("Paged", p)]).set_index("allocator"))
-    show_figure(timeline(frames, step), key="frag_timeline", file_name="fragmentation_timeline")
+    show_figure(timeline(all_frames, step), key="frag_timeline",
+                file_name="fragmentation_timeline")
     if frame.preemptions:
         st.caption(f"The paged server ran out of free blocks {frame.preemptions} time(s) while "
                    "decoding and preempted its youngest request (recompute): admission control "
                    "is still needed, as the guide says.")
-    export_trace(trace_json(cfg, seed(), step), key="frag_trace",
-                 file_name=f"fragmentation_step{step}.json")
+    export_trace(story, step)
 
 
-show_step(step_controls(len(frames) - 1))
+show_step(step_controls(len(all_frames) - 1))
 st.subheader("The block size is a tradeoff")
 explain(
     "Smaller blocks leave a smaller empty tail in each sequence's last block, but every "
@@ -113,12 +110,12 @@ explain(
 show_figure(sweep_figure(block_size_sweep(requests), block_size), key="frag_sweep",
             file_name="block_size_sweep")
 
-peak = max(f.contiguous.running for f in frames)
+peak = max(f.contiguous.running for f in all_frames)
 predict("frag_peak",
         f"Each contiguous reservation is prompt (16-96) + {max_output} slots, in a pool of "
         f"{cfg.capacity} slots. What is the most requests the contiguous server ever runs at "
         "once in this workload?",
         answer=peak,
         explanation=f"The paged pool, with the same bytes, runs up to "
-                    f"{max(f.paged.running for f in frames)} at once: it stores only tokens "
+                    f"{max(f.paged.running for f in all_frames)} at once: it stores only tokens "
                     "that exist, plus less than one block of tail per sequence.")

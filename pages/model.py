@@ -17,8 +17,9 @@ from lab.model.session import (
 )
 from lab.model.tokenizer import DEFAULT_SYSTEM_PROMPT
 from lab.sizing.kv_formula import format_bytes
-from ui.kernel_badge import attention_badge
+from ui.kernel_badge import kernel_badge
 from ui.layout import explain, settings, show_figure
+from ui.memo import per_user, shared
 from ui.sidebar import sidebar
 from ui.state import choice_param, float_param, int_param, seed
 
@@ -42,14 +43,9 @@ explain(
     "contiguous cache.")
 
 
-@st.cache_resource(show_spinner="Loading SmolLM2-135M from the installed GGUF file…")
-def shared_model() -> LoadedModel:
-    """Weights and tokenizer: read-only, shared by every user of the app."""
-    return load_smollm2()
-
-
-try:
-    loaded = shared_model()
+try:  # weights and tokenizer: read-only, shared by every user of the app
+    loaded: LoadedModel = shared(load_smollm2, max_entries=1,
+                                 spinner="Loading SmolLM2-135M from the installed GGUF file…")()
 except ModelFileMissing as error:
     st.error(f"{error}", icon="📦")
     st.stop()
@@ -86,12 +82,15 @@ with controls, settings():
 
 params = SamplingParams(max_new_tokens=max_new, n=n, seed=seed(), temperature=temperature,
                         top_p=top_p)
-pool_key = (num_blocks, block_size)
-if st.session_state.get("model_pool_key") != pool_key:  # this user's own pool
-    st.session_state["model_session"] = ModelSession(loaded, num_blocks, block_size)
-    st.session_state["model_pool_key"] = pool_key
+
+
+def new_session() -> ModelSession:
+    """This user's own pool; a result of the previous pool no longer matches it."""
     st.session_state.pop("model_result", None)
-session: ModelSession = st.session_state["model_session"]
+    return ModelSession(loaded, num_blocks, block_size)
+
+
+session = per_user("model_session", (num_blocks, block_size), new_session)
 
 
 def names_for(frame: GenerationFrame, short: bool = False) -> dict[int, str]:
@@ -208,7 +207,7 @@ if result is not None:
         served = "every layer, every step"
     st.markdown(f"**{KERNEL}:** {served}. Worst error against float64 dense attention over the "
                 f"run: **{summary.max_abs_error:.1e}**.")
-    attention_badge(last.check)
+    kernel_badge(last.check)
     show_figure(layer_service_figure(last, title="Last step: K = Triton kernel, blue = torch "
                                                  "gather"), key="model_layers",
                 file_name="model_layers")

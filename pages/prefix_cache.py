@@ -4,19 +4,11 @@ import streamlit as st
 
 from lab.figures.blocks import legend_markdown, pool_grid
 from lab.figures.prefix import cache_over_time, hash_chain
-from lab.scenarios.prefix_cache import (
-    PrefixConfig,
-    PrefixScenario,
-    app_name,
-    describe,
-    run,
-    trace_json,
-)
-from ui.export import export_trace
+from lab.memory.kv_pool import PoolConfig
+from lab.scenarios.prefix_cache import APP_NAMES, PrefixCacheStory, PrefixConfig
 from ui.layout import bullets, explain, settings, show_figure
-from ui.live_check import live_badge
 from ui.predict import predict
-from ui.scenario import cached, or_stop
+from ui.scenario import export_trace, frames, live_badge, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
 from ui.step_controls import step_controls
@@ -50,15 +42,16 @@ with settings():
                   "output tokens. One arrives every 2 steps.")
 
 cfg = or_stop(lambda: PrefixConfig(
-    num_requests=num_requests, num_apps=num_apps, system_len=system_len, block_size=block_size,
-    num_blocks=num_blocks))
-frames = cached(run)(cfg, seed())
+    PoolConfig(num_blocks=num_blocks, block_size=block_size), num_requests=num_requests,
+    num_apps=num_apps, system_len=system_len))
+story = PrefixCacheStory(cfg, seed())
+all_frames = frames(story)
 
 
 def show_step(step: int) -> None:
-    frame = frames[step]
+    frame = all_frames[step]
     names = {seq: f"R{req}" for req, seq in frame.seq_of_request.items()}
-    bullets(describe(frame) or ["Every running request decodes one token; nothing is "
+    bullets(story.caption(frame) or ["Every running request decodes one token; nothing is "
                                 "admitted, evicted or finished."])
 
     usage = frame.snapshot.usage
@@ -71,9 +64,7 @@ def show_step(step: int) -> None:
               help="Free blocks that still hold a full block's K/V and its hash: a later request "
                    "with the same prefix takes them back without recomputing.")
     m4.metric("Evictions so far", frame.evictions)
-    run_seed = seed()  # read here: the next step's check runs in a thread without session state
-    live_badge("prefix_live", (cfg, run_seed),
-               lambda: PrefixScenario(cfg, run_seed, store_kv=True), step, len(frames) - 1)
+    live_badge(story, step, len(all_frames) - 1)
 
     marked = sorted({link.block_id for a in frame.admissions for link in a.chain
                      if link.status == "hit"}
@@ -86,7 +77,7 @@ def show_step(step: int) -> None:
                 "at this step", unsafe_allow_html=True)
 
     shown = frame.admissions[0] if frame.admissions else next(
-        (f.admissions[0] for f in reversed(frames[:step]) if f.admissions), None)
+        (f.admissions[0] for f in reversed(all_frames[:step]) if f.admissions), None)
     with st.container():  # one block with or without a chain: later ones stay put
         if shown is not None:
             show_figure(hash_chain(shown), key="prefix_chain", file_name="hash_chain")
@@ -103,20 +94,19 @@ def show_step(step: int) -> None:
         "on it; at most (prompt length − 1) // block size leading blocks can hit. A prompt that "
         "is exactly two full blocks reuses only the first.",
         title="Only full blocks, and never the last token")
-    show_figure(cache_over_time(frames, step), key="prefix_time",
+    show_figure(cache_over_time(all_frames, step), key="prefix_time",
                 file_name="prefix_cache_over_time")
 
-    upcoming = next((f.admissions[0] for f in frames[step + 1:] if f.admissions), None)
+    upcoming = next((f.admissions[0] for f in all_frames[step + 1:] if f.admissions), None)
     if upcoming is not None:
         predict("prefix_hits",
                 f"The next request to be admitted, R{upcoming.req_id}, uses app "
-                f"{app_name(upcoming.app)} and has a {upcoming.prompt_len}-token prompt. How many "
+                f"{APP_NAMES[upcoming.app]} and has a {upcoming.prompt_len}-token prompt. How many "
                 "of its prompt tokens will be found in the cache?",
                 answer=upcoming.hit_tokens,
                 explanation="Only full blocks whose whole chain is still cached can hit, never the "
                             "block holding the last prompt token; an evicted block ends the chain.")
-    export_trace(trace_json(cfg, seed(), step), key="prefix_trace",
-                 file_name=f"prefix_cache_step{step}.json")
+    export_trace(story, step)
 
 
-show_step(step_controls(len(frames) - 1))
+show_step(step_controls(len(all_frames) - 1))

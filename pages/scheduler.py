@@ -5,9 +5,11 @@ import streamlit as st
 from kernels.backend import backend
 from lab.figures.blocks import pool_grid
 from lab.figures.scheduler import region_map
-from lab.serving.request import SchedulerConfig
-from lab.serving.runs import MAX_FRAMES, Frame, frames
+from lab.scenarios.admission_control import AdmissionControlStory
+from lab.scenarios.story import MAX_STEPS
+from lab.serving.config import SchedulerConfig
 from ui.layout import explain, settings, show_figure
+from ui.scenario import frames, live_badge
 from ui.scheduler_views import (
     chain_section,
     cost_widgets,
@@ -93,18 +95,14 @@ if section == "sweeps":
     st.stop()
 
 
-@st.cache_data(max_entries=16, show_spinner="Scheduling every iteration…")
-def run_frames(requests, cfg: SchedulerConfig, cost, seed: int) -> list[Frame]:
-    return frames(requests, cfg, cost, seed)[0]
-
-
-all_frames = run_frames(requests, cfg, cost, seed())
+story = AdmissionControlStory(cfg, requests, cost, seed())
+all_frames = frames(story, spinner="Scheduling every iteration…")
 if not all_frames:
     st.error("Every request was rejected: none can fit in this pool even alone. Give the pool "
              "more blocks or lower max_tokens.", icon="🧱")
     st.stop()
-if len(all_frames) == MAX_FRAMES:
-    st.caption(f"Showing the first {MAX_FRAMES} iterations.")
+if len(all_frames) == MAX_STEPS:
+    st.caption(f"Showing the first {MAX_STEPS} iterations.")
 step = step_controls(len(all_frames) - 1, key="sched_step")
 frame = all_frames[step]
 rec = frame.record
@@ -121,13 +119,12 @@ m[3].metric("KV used", f"{rec.kv_usage:.0%}",
                  f"as a share of the pool; {rec.waste_slots} of those slots hold no token.")
 m[4].metric("Preemptions", frame.preemptions)
 m[5].metric("Finished", f"{frame.finished} / {len(requests)}")
-if rec.max_error is not None:
-    st.badge(f"Kernel = dense attention · max abs error {rec.max_error:.1e}",
-             icon=":material/check_circle:", color="green" if rec.max_error < 1e-4 else "red")
+if compute:
+    live_badge(story, step, len(all_frames) - 1)
 
 st.markdown("**What the scheduler decided in this iteration**")
-st.code("\n".join(rec.decisions) if rec.decisions else "(every running request got its next "
-        "token; nothing else changed)", language=None, wrap_lines=True)
+st.code("\n".join(story.caption(frame)) or "(every running request got its next token; "
+        "nothing else changed)", language=None, wrap_lines=True)
 
 q = st.columns(3)
 for col, title, items in ((q[0], "Waiting", frame.waiting), (q[1], "Running", frame.running),
@@ -137,11 +134,11 @@ for col, title, items in ((q[0], "Waiting", frame.waiting), (q[1], "Running", fr
         st.caption(" · ".join(items) if items else "empty")
 
 if cfg.allocator == "paged":
-    show_figure(pool_grid(frame.snapshot, frame.names, columns=16), key="sched_grid")
+    show_figure(pool_grid(frame.picture, frame.names, columns=16), key="sched_grid")
     st.caption("Each tile is a physical block, labelled with the request (R0, R1, …) whose "
                "block table holds it; the bar shows its filled slots. White tiles are free.")
 else:
-    show_figure(region_map(frame.regions, cfg.capacity_slots), key="sched_regions")
+    show_figure(region_map(frame.picture.regions, cfg.capacity_slots), key="sched_regions")
     st.caption("Each request reserved prompt + max_tokens slots at admission; the solid part "
                "holds tokens, the pale part is reserved but empty (internal fragmentation).")
 if frame.rejected:

@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
 
 from tests.browser.harness import ROOT, serve_app
+from ui.navigation import use_app_navigation
 
 
 @pytest.fixture(scope="session")
@@ -24,15 +26,27 @@ def app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture
-def open_app_page() -> Callable[..., AppTest]:
-    """Open a page the way a browser does: app.py first (its st.navigation), then the page,
-    with the given query parameters, e.g. open_app_page("pages/x.py", step="3")."""
+def app_navigation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AppTest resets Streamlit's legacy-pages flag before every run; turn it off again as soon
+    as the run's PagesManager has decided it, as the lab's launcher does for a server."""
+    decide = PagesManager.__init__
+
+    def init(self, *args, **kwargs) -> None:
+        decide(self, *args, **kwargs)
+        use_app_navigation()
+
+    monkeypatch.setattr(PagesManager, "__init__", init)
+
+
+@pytest.fixture
+def open_app_page(app_navigation) -> Callable[..., AppTest]:
+    """Open a page's link the way a browser does: app.py runs (its st.navigation) and shows
+    the page, with the given query parameters, e.g. open_app_page("pages/x.py", step="3")."""
 
     def open_page(page: str, *, timeout: float = 120, **query: str) -> AppTest:
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout)
         for name, value in query.items():
             at.query_params[name] = value
-        at.run()
         return at.switch_page(page).run()
 
     return open_page

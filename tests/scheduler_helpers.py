@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 
+from lab.serving.config import COMPUTE_POOL, SchedulerConfig
 from lab.serving.cost_model import CostModel, cost_model
-from lab.serving.request import SchedulerConfig
-from lab.serving.runs import check_invariants
 from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import RequestSpec
 from lab.sizing.model_spec import load_presets
@@ -24,12 +24,18 @@ def specs(*lengths: tuple[int, int], max_tokens: int | None = None,
                              max_tokens or o) for i, (p, o) in enumerate(lengths))
 
 
+def config(*, num_blocks: int = 64, block_size: int = 16, **settings) -> SchedulerConfig:
+    """A scheduler config on a pool of this size (compute mode's geometry)."""
+    pool = replace(COMPUTE_POOL, num_blocks=num_blocks, block_size=block_size)
+    return SchedulerConfig(pool=pool, **settings)
+
+
 def run(requests: tuple[RequestSpec, ...], seed: int = 0, check: bool = True,
-        **config) -> Scheduler:
-    sched = Scheduler(requests, SchedulerConfig(**config), llama_h100(), seed=seed)
+        **settings) -> Scheduler:
+    sched = Scheduler(requests, config(**settings), llama_h100(), seed=seed)
     while sched.step() is not None:
         if check:
-            check_invariants(sched)
+            sched.check_invariants()
     return sched
 
 

@@ -7,8 +7,21 @@ import threading
 import pytest
 import torch
 
-from lab.scenarios.copy_on_write import BranchConfig, BranchScenario, describe, run, trace_json
-from lab.scenarios.live_run import LiveRun
+from lab.memory.kv_pool import PoolConfig
+from lab.scenarios.copy_on_write import BranchConfig, BranchPlay, CopyOnWriteStory
+from lab.scenarios.story import LiveRun
+
+
+def run(cfg: BranchConfig, seed: int) -> tuple:
+    return CopyOnWriteStory(cfg, seed).frames()
+
+
+def describe(frame, cfg: BranchConfig) -> list[str]:
+    return CopyOnWriteStory(cfg, 0).caption(frame)
+
+
+def pool(num_blocks: int = 32, block_size: int = 16) -> PoolConfig:
+    return PoolConfig(num_blocks=num_blocks, block_size=block_size)
 
 
 def ref_counts(frame) -> dict[int, int]:
@@ -67,9 +80,9 @@ def test_beam_search_keeps_width_beams_and_ends_with_one():
 
 
 def test_copy_on_write_on_the_real_pool_keeps_every_branch_exact():
-    cfg = BranchConfig(mode="beam", num_branches=3, prompt_len=20, max_new_tokens=5,
-                       block_size=8, num_blocks=16)
-    scenario = BranchScenario(cfg, seed=3, store_kv=True)
+    cfg = BranchConfig(pool(16, 8), mode="beam", num_branches=3, prompt_len=20,
+                       max_new_tokens=5)
+    scenario = BranchPlay(cfg, seed=3, store_kv=True)
     frames = run(cfg, seed=3)
     for frame in frames[:4]:
         assert scenario.advance() == frame
@@ -85,10 +98,10 @@ def test_copy_on_write_on_the_real_pool_keeps_every_branch_exact():
 
 def test_bad_config_says_what_is_wrong():
     with pytest.raises(ValueError, match="may need 24 blocks.*has 8"):
-        BranchConfig(num_branches=8, prompt_len=30, max_new_tokens=10, num_blocks=8)
+        BranchConfig(pool(8), num_branches=8, prompt_len=30, max_new_tokens=10)
     with pytest.raises(ValueError, match="mode"):
         BranchConfig(mode="greedy")
-    scenario = BranchScenario(BranchConfig(max_new_tokens=1, mode="beam"), seed=0)
+    scenario = BranchPlay(BranchConfig(max_new_tokens=1, mode="beam"), seed=0)
     for _ in range(scenario.last_step + 1):
         scenario.advance()
     with pytest.raises(ValueError, match="ended"):
@@ -96,9 +109,8 @@ def test_bad_config_says_what_is_wrong():
 
 
 def test_live_run_steps_forward_and_rebuilds_to_go_back():
-    cfg = BranchConfig(num_branches=2, prompt_len=6, max_new_tokens=4, block_size=4,
-                       num_blocks=8)
-    live = LiveRun((cfg, 0), lambda: BranchScenario(cfg, 0, store_kv=True))
+    cfg = BranchConfig(pool(8, 4), num_branches=2, prompt_len=6, max_new_tokens=4)
+    live = LiveRun((cfg, 0), lambda: BranchPlay(cfg, 0, store_kv=True))
     frames = run(cfg, 0)
     assert live.at(2).frame(frames[2].events) == frames[2]
     assert live.at(3).step == 3 and live.rebuilds == 0  # forward: one more step
@@ -111,13 +123,12 @@ def test_live_run_steps_forward_and_rebuilds_to_go_back():
 
 def test_live_run_checks_from_two_threads_run_once():
     """A page's background prefetch and its script may ask for the same step's check at once."""
-    cfg = BranchConfig(num_branches=2, prompt_len=6, max_new_tokens=4, block_size=4,
-                       num_blocks=8)
+    cfg = BranchConfig(pool(8, 4), num_branches=2, prompt_len=6, max_new_tokens=4)
     made = []
 
     def make():
         made.append(1)
-        return BranchScenario(cfg, 0, store_kv=True)
+        return BranchPlay(cfg, 0, store_kv=True)
 
     live = LiveRun((cfg, 0), make)
     results = []
@@ -131,22 +142,24 @@ def test_live_run_checks_from_two_threads_run_once():
 
 
 def test_describe_names_the_copy_and_the_branch_that_keeps_the_block():
-    frames = run(BranchConfig(mode="parallel", num_branches=4, prompt_len=30), seed=0)
-    (fork_line, prompt_line) = describe(frames[0], "parallel")
+    cfg = BranchConfig(mode="parallel", num_branches=4, prompt_len=30)
+    frames = run(cfg, seed=0)
+    (fork_line, prompt_line) = describe(frames[0], cfg)
     assert fork_line.startswith("**B1**, **B2**, **B3** forked from **B0**")
     assert "new block(s) 0, 1 for the prompt" in prompt_line
-    (copy_line,) = describe(frames[1], "parallel")
+    (copy_line,) = describe(frames[1], cfg)
     assert "block(s) **2, 3, 4**" in copy_line and "**B3** keeps block 1" in copy_line
-    assert describe(frames[-1], "parallel") == [
+    assert describe(frames[-1], cfg) == [
         "**B0** finished: each held block loses one reference; block(s) 5, 2, 0 reach ref "
         "count 0 and return to the free queue."]
 
 
 def test_trace_export_stops_at_the_step():
     cfg = BranchConfig()
-    trace = json.loads(trace_json(cfg, 0, 1))
+    trace = json.loads(CopyOnWriteStory(cfg, 0).trace(1))
     assert trace["meta"] == {"page": "copy_on_write", "seed": 0, "step": 1,
-                             "params": dataclasses.asdict(cfg)}
-    copies = [(e["detail"]["src"], e["detail"]["dst"]) for e in trace["events"]
+                             "params": json.loads(json.dumps(dataclasses.asdict(cfg),
+                                                             default=str))}
+    copies = [(e["detail"]["src"], e["detail"]["dst"]) for e in trace["paged"]
               if e["kind"] == "copy"]
-    assert copies == [(1, 2), (1, 3), (1, 4)] and {e["step"] for e in trace["events"]} == {0, 1}
+    assert copies == [(1, 2), (1, 3), (1, 4)] and {e["step"] for e in trace["paged"]} == {0, 1}

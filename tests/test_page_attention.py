@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from lab.scenarios.attention import replay_attention
+from lab.memory.kv_pool import PoolConfig
+from lab.scenarios.attention import AttentionConfig, AttentionStory
 from lab.scenarios.block_tables import WalkParams
+
+
+def first_frame(block_size: int = 16, request: str = "A", placement: int = 0):
+    walk = WalkParams(PoolConfig(num_blocks=64, block_size=block_size), output_len=20)
+    return AttentionStory(AttentionConfig(walk, request, placement), 0).frames()[0]
 
 PAGE = "pages/attention.py"
 
@@ -16,7 +22,7 @@ def table_line(at: AppTest) -> str:
 
 def test_steps_read_blocks_in_logical_order(open_page) -> None:
     at = open_page()
-    frame = replay_attention(WalkParams(output_len=20), 0, "A", 0)
+    frame = first_frame()
     assert at.slider(key="step").max == len(frame.block_table)
     assert not at.table
     for step in (1, 2):
@@ -45,7 +51,7 @@ def test_link_restores_placement_sequence_and_step(open_page) -> None:
     first, again = open_page(**query), open_page(**query)
     assert table_line(first) == table_line(again)
     assert table_line(first).startswith("**Block table of B**")
-    frame = replay_attention(WalkParams(block_size=8, output_len=20), 0, "B", 2)
+    frame = first_frame(8, "B", 2)
     assert list(first.table[0].value["physical block"]) == list(frame.block_table[:2])
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from lab.scenarios.block_tables import WalkParams, last_step, run_walk
+from lab.memory.kv_pool import PoolConfig
+from lab.scenarios.block_tables import BlockTablesStory, WalkParams
 from tests.page_helpers import assert_link_keeps, figures, metrics
 
 PAGE = "pages/block_tables.py"
 
 
 def engine_usage(step: int, params: WalkParams | None = None, seed: int = 0):
-    manager, _ = run_walk(params or WalkParams(), seed, step, store_kv=False)
-    return manager.snapshot().usage
+    return BlockTablesStory(params or WalkParams(), seed).frames()[step].snapshot.usage
 
 
 def test_step_back_reset_scrub_follow_the_engine(open_page) -> None:
@@ -43,7 +43,8 @@ def test_each_step_runs_the_kernel_against_dense_attention(open_page) -> None:
 def test_link_restores_the_same_state(open_page) -> None:
     query = dict(block_size="8", prompt_len="20", output_len="9", requests="2", step="6",
                  seed="5")
-    params = WalkParams(block_size=8, prompt_len=20, output_len=9, num_requests=2)
+    params = WalkParams(PoolConfig(num_blocks=64, block_size=8), prompt_len=20, output_len=9,
+                        num_requests=2)
     first = open_page(**query)
     again = open_page(**query)
     assert figures(first) == figures(again)
@@ -60,7 +61,7 @@ def test_pool_too_small_shows_a_message(open_page) -> None:
 
 def test_last_step_matches_the_walk(open_page) -> None:
     at = open_page(output_len="7")
-    assert at.slider(key="step").max == last_step(WalkParams(output_len=7), 0)
+    assert at.slider(key="step").max == BlockTablesStory(WalkParams(output_len=7), 0).last_step
 
 
 def test_predict_answers_come_from_the_engine(open_page) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from lab.figures.blocks import HIGHLIGHT_COLOR
-from lab.scenarios.copy_on_write import BranchConfig, run
+from lab.figures.style import HIGHLIGHT_COLOR
+from lab.memory.kv_pool import PoolConfig
+from lab.scenarios.copy_on_write import BranchConfig, CopyOnWriteStory
 from tests.page_helpers import assert_link_keeps, figures, metrics
 
 PAGE = "pages/copy_on_write.py"
@@ -23,7 +24,7 @@ def pool_figure(at: AppTest) -> dict:
 
 
 def test_step_back_reset_follow_the_engine(open_page) -> None:
-    frames = run(BranchConfig(), 0)
+    frames = CopyOnWriteStory(BranchConfig(), 0).frames()
     at = open_page()
     assert not at.exception and not at.error
     assert metrics(at) == expected(frames[0]) and metrics(at)["Blocks in use"] == "2"
@@ -46,7 +47,9 @@ def test_step_back_reset_follow_the_engine(open_page) -> None:
 def test_link_restores_beam_search(open_page) -> None:
     query = dict(mode="Beam search", branches="3", prompt_len="20", block_size="8", step="4",
                  seed="2")
-    frames = run(BranchConfig(mode="beam", num_branches=3, prompt_len=20, block_size=8), 2)
+    cfg = BranchConfig(PoolConfig(num_blocks=32, block_size=8), mode="beam", num_branches=3,
+                       prompt_len=20)
+    frames = CopyOnWriteStory(cfg, 2).frames()
     at = open_page(**query)
     assert not at.exception
     assert metrics(at) == expected(frames[4])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from lab.scenarios.fragmentation import FragConfig, run
+from lab.memory.kv_pool import PoolConfig
+from lab.scenarios.fragmentation import FragConfig, FragmentationStory
 from tests.page_helpers import assert_link_keeps, figures, metrics
 
 PAGE = "pages/fragmentation.py"
@@ -22,7 +23,7 @@ def badges(at: AppTest) -> list[str]:
 
 
 def test_step_back_reset_follow_the_engine(open_page) -> None:
-    _, frames = run(FragConfig(), 0)
+    frames = FragmentationStory(FragConfig(), 0).frames()
     at = open_page()
     assert not at.exception and not at.error
     assert metrics(at) == expected(frames[0])
@@ -42,8 +43,9 @@ def test_step_back_reset_follow_the_engine(open_page) -> None:
 
 def test_link_restores_the_same_state(open_page) -> None:
     query = dict(block_size="8", requests="10", max_output="200", step="15", seed="3")
-    cfg = FragConfig(num_requests=10, block_size=8, num_blocks=768 // 8, max_output=200)
-    _, frames = run(cfg, 3)
+    cfg = FragConfig(PoolConfig(num_blocks=768 // 8, block_size=8), num_requests=10,
+                     max_output=200)
+    frames = FragmentationStory(cfg, 3).frames()
     first = open_page(**query)
     assert not first.exception
     assert metrics(first) == expected(frames[15])

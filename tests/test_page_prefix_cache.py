@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from lab.scenarios.prefix_cache import PrefixConfig, run
+from lab.memory.kv_pool import PoolConfig
+from lab.scenarios.prefix_cache import PrefixCacheStory, PrefixConfig
 from tests.page_helpers import assert_link_keeps, figures, metrics
 
 PAGE = "pages/prefix_cache.py"
@@ -17,7 +18,7 @@ def expected(frame, num_blocks: int = 16) -> dict[str, str]:
 
 
 def test_step_back_reset_follow_the_engine(open_page) -> None:
-    frames = run(PrefixConfig(), 0)
+    frames = PrefixCacheStory(PrefixConfig(), 0).frames()
     at = open_page(step="1")
     assert not at.exception and not at.error
     assert metrics(at) == expected(frames[1])
@@ -35,8 +36,8 @@ def test_step_back_reset_follow_the_engine(open_page) -> None:
 
 def test_link_restores_a_state_with_evictions(open_page) -> None:
     query = dict(num_blocks="10", requests="10", step="18", seed="1")
-    cfg = PrefixConfig(num_requests=10, num_blocks=10)
-    frames = run(cfg, 1)
+    cfg = PrefixConfig(PoolConfig(num_blocks=10, block_size=8), num_requests=10)
+    frames = PrefixCacheStory(cfg, 1).frames()
     assert frames[18].evictions > 0
     at = open_page(**query)
     assert not at.exception

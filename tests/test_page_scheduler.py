@@ -6,11 +6,10 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from lab.serving.request import SchedulerConfig
-from lab.serving.runs import frames
+from lab.scenarios.admission_control import AdmissionControlStory
 from lab.serving.workloads import from_preset
 from tests.page_helpers import figures
-from tests.scheduler_helpers import llama_h100
+from tests.scheduler_helpers import config, llama_h100
 from tests.test_vllm_metrics import CURRENT, LOG
 
 PAGES = Path(__file__).resolve().parents[1] / "pages"
@@ -44,9 +43,10 @@ def test_preemption_is_explained_in_a_small_pool() -> None:
     at = run_page("scheduler.py", query)
     assert not at.exception
     # The same run in the engine, to find the first iteration that preempted.
-    cfg = SchedulerConfig(num_blocks=16, block_size=16, max_num_seqs=8, max_num_batched_tokens=64)
-    runs, _ = frames(from_preset("alpaca", 10, seed=0, max_tokens=128), cfg, llama_h100(), 0)
-    first = next(f.record.index for f in runs if f.record.preemptions)
+    cfg = config(num_blocks=16, block_size=16, max_num_seqs=8, max_num_batched_tokens=64)
+    story = AdmissionControlStory(cfg, from_preset("alpaca", 10, seed=0, max_tokens=128),
+                                  llama_h100(), 0)
+    first = next(f.record.index for f in story.frames() if f.record.preemptions)
     at.slider(key="sched_step").set_value(first).run()
     assert "preempted (recompute): no free block" in at.code[0].value
 

@@ -4,23 +4,32 @@ import json
 
 import pytest
 
-from lab.scenarios.prefix_cache import PrefixConfig, PrefixScenario, make_workload, run, trace_json
-from lab.serving.paged_replay import Request
+from lab.memory.kv_pool import PoolConfig
+from lab.scenarios.prefix_cache import PrefixCacheStory, PrefixConfig, PrefixPlay, make_workload
+from lab.serving.workloads import RequestSpec
 
 SYSTEM = tuple(range(100, 116))  # 16 tokens: two full blocks of 8
 
 
-def request(req_id: int, arrival: int, prompt: tuple[int, ...], output_len: int = 2) -> Request:
-    return Request(req_id, arrival, prompt, tuple(range(900, 900 + output_len)))
+def request(req_id: int, arrival: int, prompt: tuple[int, ...],
+            output_len: int = 2) -> RequestSpec:
+    """Emits output_len tokens: the first in the step that prefills it, then one per step."""
+    output = tuple(range(900, 900 + output_len))
+    return RequestSpec(req_id, len(prompt), output_len, float(arrival), tokens=prompt + output)
 
 
-def scenario(requests: list[Request], num_blocks: int = 16, store_kv: bool = False):
-    cfg = PrefixConfig(num_requests=len(requests), block_size=8, num_blocks=num_blocks,
-                       system_len=16, question_max=8, output_max=2)
-    return PrefixScenario(cfg, 0, store_kv, workload=(requests, [0] * len(requests)))
+def scenario(requests: list[RequestSpec], num_blocks: int = 16,
+             store_kv: bool = False) -> PrefixPlay:
+    cfg = PrefixConfig(PoolConfig(num_blocks=num_blocks, block_size=8),
+                       num_requests=len(requests), system_len=16, question_max=8, output_max=4)
+    return PrefixPlay(cfg, tuple(requests), 0, store_kv)
 
 
-def drive(s: PrefixScenario) -> list:
+def run(cfg: PrefixConfig, seed: int) -> tuple:
+    return PrefixCacheStory(cfg, seed).frames()
+
+
+def drive(s: PrefixPlay) -> list:
     frames = []
     while not s.done:
         frames.append(s.advance())
@@ -28,7 +37,7 @@ def drive(s: PrefixScenario) -> list:
 
 
 def test_second_request_hits_the_shared_full_blocks_only():
-    a = request(0, 0, SYSTEM + (1, 2, 3, 4, 5))  # 21 tokens: 2 full blocks + 5
+    a = request(0, 0, SYSTEM + (1, 2, 3, 4, 5), output_len=4)  # 21 tokens: 2 full blocks + 5
     b = request(1, 1, SYSTEM + (6, 7, 8))  # same system prompt, other question
     frames = drive(scenario([a, b]))
     first, second = frames[0].admissions[0], frames[1].admissions[0]
@@ -59,8 +68,9 @@ def test_finished_requests_leave_cached_free_blocks_that_later_requests_revive()
     a = request(0, 0, SYSTEM + (1,), output_len=1)
     b = request(1, 3, SYSTEM + (2,))
     frames = drive(scenario([a, b]))
-    after_a = frames[1]  # a decoded its one token at step 1 and finished
-    assert after_a.report.finished == [0]
+    after_a = frames[0]  # a's prefill sampled its one token: it finished at step 0
+    assert after_a.record.finished_ids == (0,)
+    assert [f.record for f in frames[1:3]] == [None, None]  # idle until b arrives
     assert after_a.snapshot.usage.blocks_used == 0
     assert after_a.snapshot.usage.blocks_cached_free == 2  # the two system-prompt blocks
     revived = frames[3]
@@ -70,15 +80,15 @@ def test_finished_requests_leave_cached_free_blocks_that_later_requests_revive()
 
 
 def test_lru_eviction_under_pressure():
-    # 5 blocks. a1 (18 tokens, blocks 0 1 2) frees its tail first: free queue 3 4 2 1 0, with
+    # 5 blocks. a1 (17 tokens, blocks 0 1 2) frees its tail first: free queue 3 4 2 1 0, with
     # 0 and 1 still cached. b needs 4 fresh blocks: 3 4 2 1, so cached block 1 (the second
     # system-prompt block) is evicted and block 0 survives: a2 hits 8 tokens, not 16.
     other = tuple(range(300, 316))
     a1 = request(0, 0, SYSTEM + (1,), output_len=1)
-    b = request(1, 2, other + (2, 3, 4, 5, 6, 7, 8, 9, 10, 11), output_len=1)
+    b = request(1, 2, other + (2, 3, 4, 5, 6, 7, 8, 9, 10, 11), output_len=2)
     a2 = request(2, 4, SYSTEM + (5,))
     frames = drive(scenario([a1, b, a2], num_blocks=5))
-    assert frames[1].snapshot.usage.blocks_cached_free == 2
+    assert frames[0].snapshot.usage.blocks_cached_free == 2
     b_admit = frames[2]
     evicted = [e.block_id for e in b_admit.events if e.kind == "evict"]
     assert evicted == [1] and b_admit.evictions == 1
@@ -92,18 +102,19 @@ def test_seeded_run_counts_and_invariants():
     cfg = PrefixConfig()
     frames = run(cfg, 0)
     assert frames == run(cfg, 0)
-    assert len(frames) == 20
+    assert len(frames) == 19  # the last request ends one step after its prefill sampled token 1
     last = frames[-1]
     assert (last.hit_tokens, last.query_tokens) == (96, 210)
     assert last.hit_rate == pytest.approx(96 / 210)
     assert last.evictions == 3
     for f in frames:
         u = f.snapshot.usage
-        assert u.blocks_used + u.blocks_free == cfg.num_blocks
+        assert u.blocks_used + u.blocks_free == cfg.pool.num_blocks
         assert u.blocks_cached_free <= u.blocks_free
+        bs = cfg.pool.block_size
         for a in f.admissions:
-            assert a.hit_tokens % cfg.block_size == 0
-            assert a.hit_tokens <= (a.prompt_len - 1) // cfg.block_size * cfg.block_size
+            assert a.hit_tokens % bs == 0
+            assert a.hit_tokens <= (a.prompt_len - 1) // bs * bs
 
 
 def test_workload_shares_system_prompts():
@@ -111,7 +122,7 @@ def test_workload_shares_system_prompts():
     requests, apps = make_workload(cfg, 4)
     by_app: dict[int, set] = {}
     for r, app in zip(requests, apps):
-        by_app.setdefault(app, set()).add(r.prompt[:cfg.system_len])
+        by_app.setdefault(app, set()).add(r.tokens[:cfg.system_len])
     assert all(len(prompts) == 1 for prompts in by_app.values())
     assert len({next(iter(p)) for p in by_app.values()}) == len(by_app)
 
@@ -122,22 +133,23 @@ def test_real_pool_matches_and_kernel_agrees():
     real = scenario([a, b], store_kv=True)
     for frame in drive(scenario([a, b]))[:2]:
         assert real.advance().snapshot == frame.snapshot
-    real.manager.check_invariants()
-    check = real.check_attention()
+    real.server.check_invariants()
+    check = real.check_attention()  # step 1: a decodes while b's prompt is prefilled
     assert check is not None and check.ok and check.num_seqs == 2
 
 
 def test_bad_config_says_what_is_wrong():
     with pytest.raises(ValueError, match="grow to 38 tokens, 5 blocks.*pool has 4"):
-        PrefixConfig(num_blocks=4)
+        PrefixConfig(PoolConfig(num_blocks=4, block_size=8))
     with pytest.raises(ValueError, match="question_min"):
         PrefixConfig(question_min=9, question_max=3)
 
 
 def test_trace_export_replays_to_the_same_events():
-    trace = json.loads(trace_json(PrefixConfig(), 0, 6))
+    story = PrefixCacheStory(PrefixConfig(), 0)
+    trace = json.loads(story.trace(6))
     assert trace["meta"]["step"] == 6 and trace["meta"]["page"] == "prefix_cache"
-    frames = run(PrefixConfig(), 0)
-    hits = [e for e in trace["events"] if e["kind"] == "hit"]
+    frames = story.frames()
+    hits = [e for e in trace["paged"] if e["kind"] == "hit"]
     assert len(hits) * 8 == frames[6].hit_tokens  # one event per cached block reused
-    assert max(e["step"] for e in trace["events"]) == 6
+    assert max(e["step"] for e in trace["paged"]) <= 6

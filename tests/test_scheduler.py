@@ -7,9 +7,9 @@ import re
 import pytest
 
 from lab.serving.metrics import summarize
-from lab.serving.request import RequestState, SchedulerConfig
+from lab.serving.request import RequestState
 from lab.serving.workloads import from_preset
-from tests.scheduler_helpers import decisions, llama_h100, run, specs
+from tests.scheduler_helpers import config, decisions, llama_h100, run, specs
 
 
 def test_preemption_by_recompute_is_explained_and_recomputed():
@@ -77,7 +77,7 @@ def test_without_chunked_prefill_a_too_long_request_is_rejected():
 
 def test_watermark_holds_blocks_back_at_admission():
     sched = run(specs((90, 2), (6, 2)), num_blocks=100, block_size=1, watermark=0.05)
-    assert SchedulerConfig(num_blocks=100, watermark=0.05).watermark_blocks == 5
+    assert config(num_blocks=100, watermark=0.05).watermark_blocks == 5
     waits = [x for x in decisions(sched) if "waits" in x]
     assert waits[0] == "request 1 waits: needs 6 blocks, 10 free, 5 held back as watermark"
     no_mark = run(specs((90, 2), (6, 2)), num_blocks=100, block_size=1, watermark=0.0)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from lab.serving.request import RequestState, SchedulerConfig
-from lab.serving.runs import check_invariants, snapshot
+from lab.serving.config import SchedulerConfig
+from lab.serving.request import RequestState
 from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import RequestSpec
-from tests.scheduler_helpers import llama_h100
+from tests.scheduler_helpers import config, llama_h100
 
 
 @st.composite
@@ -35,7 +35,7 @@ def scenarios(draw) -> tuple[tuple[RequestSpec, ...], SchedulerConfig]:
     watermark = draw(st.sampled_from([0.0, 0.1]))
     blocks = -(-longest // block_size) + draw(st.integers(-1, 3))  # -1: the longest never fits
     chunked = draw(st.booleans())
-    cfg = SchedulerConfig(
+    cfg = config(
         num_blocks=max(2, int(blocks / (1 - watermark)) + 1), block_size=block_size,
         max_num_batched_tokens=draw(st.integers(1, 48)) if chunked else longest,
         max_num_seqs=draw(st.integers(2, 6)), watermark=watermark,
@@ -54,9 +54,9 @@ def replay(requests, cfg: SchedulerConfig, seed: int, view: bool = False) -> Sch
         assert record.batch_tokens <= cfg.max_num_batched_tokens
         assert 1 <= record.num_seqs <= cfg.max_num_seqs
         assert record.num_running <= cfg.max_num_seqs
-        check_invariants(sched)
+        sched.check_invariants()
         if view:  # the page's view syncs lazily appended tokens: the run must not notice
-            snapshot(sched)
+            sched.picture()
         assert sched.iteration < 5000, "the run does not end"
     return sched
 

@@ -213,12 +213,32 @@ def test_figures_fall_back_to_plotly_chart_when_plotly_js_cannot_be_served(
     assert len(at.get("plotly_chart")) == 1  # the same figure, drawn by st.plotly_chart
 
 
-def test_cached_replays_are_shared_not_copied() -> None:
+def test_story_frames_are_shared_not_copied() -> None:
     """A page's rerun gets the very frames already computed (st.cache_data would unpickle a
     copy on every rerun: 37 ms for the Fragmentation page's frames)."""
-    from lab.scenarios.copy_on_write import BranchConfig, run
-    from ui.scenario import cached
+    from lab.scenarios.copy_on_write import BranchConfig, CopyOnWriteStory
+    from ui.scenario import frames
 
-    first = cached(run)(BranchConfig(), 0)
-    assert cached(run)(BranchConfig(), 0) is first
-    assert cached(run)(BranchConfig(), 1) is not first  # another seed, another replay
+    first = frames(CopyOnWriteStory(BranchConfig(), 0))
+    assert frames(CopyOnWriteStory(BranchConfig(), 0)) is first
+    assert frames(CopyOnWriteStory(BranchConfig(), 1)) is not first  # another seed
+
+
+def _memo_app() -> None:
+    import streamlit as st
+
+    from ui.memo import per_user
+
+    made = st.session_state.setdefault("made", [])
+    value = per_user("thing", st.session_state.get("params", 1), lambda: made.append(1) or
+                     len(made))
+    st.text(f"value={value}")
+
+
+def test_per_user_state_is_rebuilt_only_when_its_params_change() -> None:
+    at = AppTest.from_function(_memo_app, default_timeout=TIMEOUT).run()
+    at.run()
+    assert at.text[0].value == "value=1" and at.session_state["made"] == [1]
+    at.session_state["params"] = 2
+    at.run()
+    assert at.text[0].value == "value=2"

@@ -6,24 +6,26 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import pytest
 
-from lab.figures.blocks import HIGHLIGHT_COLOR, block_table_figure, pool_grid, token_strip
+from lab.figures.blocks import block_table_figure, pool_grid, token_strip
 from lab.figures.common import STEP_LINE
 from lab.figures.cow import memory_figure
 from lab.figures.fragmentation import memory_maps, sweep_figure, timeline
 from lab.figures.prefix import cache_over_time, hash_chain
-from lab.scenarios import copy_on_write as beams
+from lab.figures.style import HIGHLIGHT_COLOR
+from lab.memory.kv_pool import PoolConfig
 from lab.scenarios import fragmentation
-from lab.scenarios import prefix_cache as prefix_scenario
-from lab.scenarios.block_tables import WalkParams, replay_walk
+from lab.scenarios.block_tables import BlockTablesStory, WalkParams
+from lab.scenarios.copy_on_write import BranchConfig, CopyOnWriteStory
+from lab.scenarios.prefix_cache import PrefixCacheStory, PrefixConfig
 from ui.layout import _scaled
 
-PARAMS = WalkParams(block_size=4, prompt_len=6, output_len=5, num_requests=3, num_blocks=20,
-                    head_dim=16)
+PARAMS = WalkParams(PoolConfig(num_blocks=20, block_size=4, head_dim=16), prompt_len=6,
+                    output_len=5, num_requests=3)
 
 
 @pytest.fixture(scope="module")
 def frame():
-    return replay_walk(PARAMS, 0, 6)
+    return BlockTablesStory(PARAMS, 0).frames()[6]
 
 
 def canonical(fig: go.Figure) -> dict:
@@ -36,13 +38,15 @@ def step_figures() -> dict[str, go.Figure]:
     """The step-driven figures of the fragmentation, copy-on-write and prefix-cache pages, at
     step 3 of their default runs."""
     cfg = fragmentation.FragConfig()
-    requests, frag = fragmentation.run(cfg, 0)
-    cow = beams.run(beams.BranchConfig(), 0)
-    prefix = prefix_scenario.run(prefix_scenario.PrefixConfig(), 0)
+    story = fragmentation.FragmentationStory(cfg, 0)
+    requests, frag = story.requests(), story.frames()
+    cow = CopyOnWriteStory(BranchConfig(), 0).frames()
+    prefix = PrefixCacheStory(PrefixConfig(), 0).frames()
     admission = next(a for f in prefix for a in f.admissions)
-    return {"memory_maps": memory_maps(frag[3], cfg.capacity, cfg.block_size),
+    bs = cfg.pool.block_size
+    return {"memory_maps": memory_maps(frag[3], cfg.capacity, bs),
             "timeline": timeline(frag, 3),
-            "sweep": sweep_figure(fragmentation.block_size_sweep(requests), cfg.block_size),
+            "sweep": sweep_figure(fragmentation.block_size_sweep(requests), bs),
             "cow_memory": memory_figure(cow, 3), "hash_chain": hash_chain(admission),
             "cache_over_time": cache_over_time(prefix, 3)}
 
@@ -89,7 +93,7 @@ def test_token_strip_marks_tokens_and_tail(frame) -> None:
     fig = token_strip(frame.snapshot, frame.seq_names)
     for trace, seq in zip(fig.data, frame.snapshot.sequences):
         cells = trace.z[0]
-        assert len(cells) == len(seq.block_table) * PARAMS.block_size
+        assert len(cells) == len(seq.block_table) * PARAMS.pool.block_size
         assert sum(c == 2 for c in cells) == len(cells) - seq.num_tokens  # the unused tail
 
 
@@ -99,10 +103,10 @@ def test_pool_grid_labels_every_block_and_highlights(frame) -> None:
                     highlight_labels={table[0]: "L0"})
     traces = {t.name: t for t in fig.data}
     texts = traces["labels"].text
-    assert len(texts) == PARAMS.num_blocks
+    assert len(texts) == PARAMS.pool.num_blocks
     assert "L0" in texts[table[0]] and "A" in texts[table[0]]
     tiles = traces["tiles"]
-    assert len(tiles.y) == PARAMS.num_blocks
+    assert len(tiles.y) == PARAMS.pool.num_blocks
     assert list(tiles.marker.line.width).count(4) == 1  # the highlighted block
     assert tiles.marker.line.color[table[0]] == HIGHLIGHT_COLOR
     used = sum(b.state == "used" and b.filled > 0 for b in frame.snapshot.blocks)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from tests.browser.harness import ROOT
 
@@ -26,3 +27,32 @@ def test_page_renders_without_exception(open_app_page, page: str) -> None:
     assert not at.exception, [e.value for e in at.exception]
     assert at.sidebar.get("code"), "sidebar() was not called: no copy-link box"
     assert at.title, "every page has a title"
+
+
+def test_streamlit_still_has_the_legacy_pages_mode() -> None:
+    """ui/navigation.py works around this decision; if a Streamlit upgrade drops it (or decides
+    it elsewhere), this fails: check that the workaround is still needed, and where."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    saved = PagesManager.uses_pages_directory
+    try:
+        PagesManager.uses_pages_directory = None
+        PagesManager(str(ROOT / "app.py"), setup_watcher=False)
+        assert PagesManager.uses_pages_directory is True
+    finally:
+        PagesManager.uses_pages_directory = saved
+
+
+def test_a_click_without_a_callback_reaches_the_page(open_app_page) -> None:
+    """No rerun under AppTest: a button whose click the page reads after it is drawn."""
+    at = open_app_page("pages/serving_metrics.py")
+    at.text_input(key="vllm_url").input("http://127.0.0.1:9/metrics").run()
+    at.button(key="vllm_fetch").click().run()
+    assert not at.exception and at.error, "the Fetch click was lost"
+
+
+def test_a_plain_streamlit_run_opens_a_page_link_through_app_navigation() -> None:
+    """Without the launcher the legacy mode is on: the page turns it off and reruns once."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at = at.switch_page("pages/block_tables.py").run()
+    assert not at.exception and at.title[0].value == "Block tables"

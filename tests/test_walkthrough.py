@@ -9,82 +9,79 @@ import torch
 
 from lab.memory.block_pool import PoolExhausted
 from lab.memory.block_table import blocks_for
+from lab.memory.kv_pool import PoolConfig
 from lab.memory.relocate import relocate
-from lab.scenarios.attention import can_relocate, replay_attention
-from lab.scenarios.block_tables import (
-    WalkParams,
-    WalkTooBig,
-    blocks_held,
-    describe_step,
-    final_tail_slots,
-    last_step,
-    replay_walk,
-    run_walk,
-    synthetic_kv,
-    walk_requests,
-)
+from lab.scenarios.attention import AttentionConfig, AttentionStory
+from lab.scenarios.block_tables import BlockTablesStory, WalkParams, WalkTooBig
+from lab.serving.synthetic_kv import SyntheticKV
 from tests.engine_helpers import decode, make_manager, prefill
 
-SMALL = WalkParams(block_size=4, prompt_len=6, output_len=5, num_requests=3, num_blocks=16,
-                   head_dim=16)
+SMALL = WalkParams(PoolConfig(num_blocks=16, block_size=4, head_dim=16), prompt_len=6,
+                   output_len=5, num_requests=3)
+GUIDE = WalkParams(PoolConfig(head_dim=16), num_requests=1)  # prompt 30, block size 16
 
 
 def test_guide_example_blocks() -> None:
     """Prompt 30, block size 16: 2 blocks; the third arrives only at the 33rd token."""
-    guide = WalkParams(num_requests=1, head_dim=16)
-    assert blocks_held(guide, 0, 30) == 2
-    assert blocks_held(guide, 0, 32) == 2
-    assert blocks_held(guide, 0, 33) == 3
-    assert final_tail_slots(guide, 0) == 14  # ends at 34 tokens: 14 unused slots
+    story = BlockTablesStory(GUIDE, 0)
+    frames = story.frames()
+    assert story.blocks_held(frames, 30) == 2
+    assert story.blocks_held(frames, 32) == 2
+    assert story.blocks_held(frames, 33) == 3
+    assert story.tail_slots(frames[-1], 0) == 14  # ends at 34 tokens: 14 unused slots
 
 
 @pytest.mark.parametrize("step", [0, 1, 3, 7])
-def test_replay_matches_the_engine_and_invariants(step: int) -> None:
-    frame = replay_walk(SMALL, 3, step)
-    manager, names = run_walk(SMALL, 3, step, store_kv=False)
-    manager.check_invariants()
-    assert frame.snapshot.usage == manager.snapshot().usage
-    requests = walk_requests(SMALL, 3)
-    expected = sum(blocks_for(len(r.prompt) + min(len(r.output), max(0, step - r.arrival)),
-                              SMALL.block_size) for r in requests if r.arrival <= step)
+def test_frames_match_the_real_pool_and_invariants(step: int) -> None:
+    story = BlockTablesStory(SMALL, 3)
+    frame = story.frames()[step]
+    live = story.live()
+    play = live.at(step)
+    play.manager.check_invariants()
+    assert frame.snapshot == play.manager.snapshot()
+    expected = sum(blocks_for(r.prompt_len + min(r.output_len, max(0, step - int(r.arrival_s))),
+                              SMALL.pool.block_size)
+                   for r in story.requests if r.arrival_s <= step)
     assert frame.snapshot.usage.blocks_used == expected
-    if names:
-        assert frame.check is not None and frame.check.ok
+    check = live.check(step)
+    if frame.seq_names:
+        assert check is not None and check.ok
+    else:
+        assert check is None
     # the tail bound of the guide: fewer than one block per sequence
-    assert frame.snapshot.usage.tail_slots < max(1, len(names)) * SMALL.block_size
+    assert frame.snapshot.usage.tail_slots < max(1, len(frame.seq_names)) * SMALL.pool.block_size
 
 
-def test_pool_holds_what_a_token_by_token_run_writes() -> None:
-    """The replay writes each token's K/V once at the end; a live run writes them step by
-    step. Read back through the block tables, both give the same K/V."""
-    step = last_step(SMALL, 1)
-    replayed, names = run_walk(SMALL, 1, step)
-    kv = synthetic_kv(SMALL, 1)
-    for seq_id in names:
-        tokens = replayed.sequences[seq_id].tokens
-        k, v = replayed.read_kv(seq_id)  # [len, kv_heads, head_dim]
+def test_pool_holds_the_kv_of_every_token() -> None:
+    """Read back through the block tables, the pool holds each token's seeded K/V."""
+    story = BlockTablesStory(SMALL, 1)
+    play = story.live().at(story.last_step)
+    kv = SyntheticKV(SMALL.pool, 1)
+    for seq_id in play.names:
+        tokens = play.manager.sequences[seq_id].tokens
+        k, v = play.manager.read_kv(seq_id)  # [len, kv_heads, head_dim]
         expect_k, expect_v = kv.keys_values(tokens, 0)  # [1, len, kv_heads, head_dim]
         assert torch.equal(k, expect_k[0]) and torch.equal(v, expect_v[0])
 
 
 def test_pool_too_small_is_a_clear_error() -> None:
-    tight = WalkParams(block_size=4, prompt_len=40, output_len=40, num_requests=3,
-                       num_blocks=8)
+    tight = WalkParams(PoolConfig(num_blocks=8, block_size=4), prompt_len=40, output_len=40,
+                       num_requests=3)
     with pytest.raises(WalkTooBig, match="need .* blocks .* the pool has 8"):
-        replay_walk(tight, 0, 1)
+        BlockTablesStory(tight, 0).frames()
 
 
-def test_describe_step_names_the_new_block() -> None:
-    guide = WalkParams(num_requests=1, head_dim=16)
-    lines = describe_step(replay_walk(guide, 0, 4), guide.block_size)  # token #33 lands
-    assert any("new block" in line for line in lines)
-    assert describe_step(replay_walk(guide, 0, 3), guide.block_size) == [
+def test_caption_names_the_new_block() -> None:
+    story = BlockTablesStory(GUIDE, 0)
+    frames = story.frames()
+    assert any("new block" in line for line in story.caption(frames[4]))  # token #33 lands
+    assert story.caption(frames[3]) == [
         "**A** decodes its token #32 (position 31) into slot 15 of physical block 1."]
 
 
 def test_relocate_copies_blocks_and_keeps_kv() -> None:
     m = make_manager(num_blocks=12, block_size=4, prefix=False)
-    kv = synthetic_kv(WalkParams(block_size=4, num_blocks=12, head_dim=8), 0)
+    kv = SyntheticKV(PoolConfig(num_blocks=12, block_size=4, head_dim=8), 0)
     a = prefill(m, kv, [1, 2, 3, 4, 5, 6])
     b = prefill(m, kv, [7, 8, 9])
     decode(m, kv, a, 10)
@@ -104,7 +101,7 @@ def test_relocate_copies_blocks_and_keeps_kv() -> None:
 
 def test_relocate_without_room_changes_nothing() -> None:
     m = make_manager(num_blocks=4, block_size=4, prefix=False)
-    kv = synthetic_kv(WalkParams(block_size=4, num_blocks=4, head_dim=8), 0)
+    kv = SyntheticKV(PoolConfig(num_blocks=4, block_size=4, head_dim=8), 0)
     a = prefill(m, kv, list(range(1, 12)))  # 3 blocks of 4
     table = list(m.sequences[a].block_table)
     with pytest.raises(PoolExhausted):
@@ -114,22 +111,31 @@ def test_relocate_without_room_changes_nothing() -> None:
 
 
 def test_shuffled_placement_gives_identical_attention() -> None:
-    params = WalkParams(block_size=4, prompt_len=9, output_len=6, num_requests=2,
-                        num_blocks=24, head_dim=16)
-    assert can_relocate(params, 0, "A")
-    first = replay_attention(params, 0, "A", 0)
-    moved = replay_attention(params, 0, "A", 2)
+    params = WalkParams(PoolConfig(num_blocks=24, block_size=4, head_dim=16), prompt_len=9,
+                        output_len=6, num_requests=2)
+    assert AttentionStory(AttentionConfig(params), 0).can_relocate()
+    first = AttentionStory(AttentionConfig(params), 0).frames()[0]
+    moved = AttentionStory(AttentionConfig(params, placement=2), 0).frames()[-1]
     assert moved.block_table != first.block_table
     assert moved.first_table == first.block_table
     assert moved.check.ok and moved.output_shift == 0.0
     assert torch.equal(moved.check.output, first.check.output)
     # the online-softmax bookkeeping ends at the dense output for that head
     final = moved.softmax[-1].output
-    reference = moved.check.reference[0, moved.head].double()
+    reference = moved.check.reference[0, 0].double()  # head 0
     assert torch.allclose(final, reference, atol=1e-5)
     assert len(moved.softmax) == len(moved.block_table)
 
 
 def test_attention_view_rejects_unknown_request() -> None:
     with pytest.raises(ValueError, match="no request 'Z'"):
-        replay_attention(SMALL, 0, "Z", 0)
+        AttentionConfig(SMALL, "Z")
+
+
+def test_attention_steps_read_one_block_each() -> None:
+    story = AttentionStory(AttentionConfig(SMALL), 0)
+    frames = story.frames()
+    table = frames[0].block_table
+    assert len(frames) == len(table) + 1
+    assert [f.read for f in frames] == [table[:i] for i in range(len(table) + 1)]
+    assert f"physical block **{table[0]}**" in story.caption(frames[1])[0]

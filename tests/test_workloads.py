@@ -10,17 +10,17 @@ from lab.serving.workloads import (
     MAX_REQUESTS,
     LengthDist,
     WorkloadError,
-    describe,
     from_preset,
     generate,
     parse_csv,
+    workload_stats,
 )
 
 
 @pytest.mark.parametrize("name, prompt_mean, output_mean", [("sharegpt", 161, 338),
                                                             ("alpaca", 19, 58)])
 def test_presets_match_the_published_means(name, prompt_mean, output_mean):
-    d = describe(from_preset(name, 8000, seed=1))
+    d = workload_stats(from_preset(name, 8000, seed=1))
     assert d["prompt_mean"] == pytest.approx(prompt_mean, rel=0.06)
     assert d["output_mean"] == pytest.approx(output_mean, rel=0.06)
 

@@ -1,18 +1,21 @@
-"""Shared Streamlit pieces for every page (pages stay thin: widgets -> engine -> figure).
+"""Shared Streamlit pieces for every page (pages stay thin: widgets -> story -> figure).
 
-- `ui.sidebar.sidebar()`: call first on every page (backend, seed, classroom mode, copy link).
+- `ui.sidebar.sidebar()`: call first on every page (backend, seed, classroom mode, copy link);
+  `ui.navigation` keeps app.py's navigation in charge.
 - `ui.state`: widgets whose values live in the URL (`int_param`, `float_param`,
   `choice_param`), `seed()`, `is_classroom()`, `register()` for extra link parameters.
 - `ui.step_controls.step_controls(last_step)`: Reset / Back / Step / Play / speed / scrubber;
-  returns the step to show; pair it with a cached `replay(params, seed, step)`.
-  `prefetch_next(...)` computes the next step in the background.
+  returns the step to show. `prefetch_next(...)` computes the next step in the background.
+- `ui.scenario`: a page's story on screen: `or_stop(build)` (a bad combination of settings:
+  message, stop), `frames(story)` (shared by all users), `live_badge(story, step, last)` (the
+  kernel check on this user's live pool), `export_trace(story, step)`.
+- `ui.memo`: `shared(fn)` (cached across sessions, immutable) and `per_user(key, params, make)`
+  (this session's mutable object or result).
 - `ui.layout`: `explain(md)`, `bullets(lines)`, `settings()`, `show_figure(fig, key)`
   (classroom-aware; drawn by `ui.figure_view`, which redraws a key's plot in place).
-- `ui.scenario`: `or_stop(build)` (a bad combination of settings: message, stop),
-  `cached(replay)` (an engine replay cached per its arguments, e.g. (cfg, seed)).
 - `ui.walk_settings`: the walkthrough's settings row and its fit check (block tables,
   attention).
-- `ui.kernel_badge.attention_badge(check)`: kernel vs dense attention, green within tolerance.
+- `ui.kernel_badge.kernel_badge(check)`: kernel vs dense attention, green within tolerance.
 - `ui.predict.predict(...)`: "Predict, then reveal" with the engine's answer.
-- `ui.export.export_trace(json, ...)`: download the event trace.
+- `ui.scheduler_views`: the scheduler page's settings and its long runs.
 """

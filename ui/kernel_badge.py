@@ -7,8 +7,9 @@ import streamlit as st
 from kernels.reference import AttentionCheck
 
 
-def attention_badge(check: AttentionCheck) -> None:
-    """Green when the Triton kernel matches the float64 dense reference within tolerance."""
+def kernel_badge(check: AttentionCheck) -> None:
+    """Green when the Triton kernel matches the float64 dense reference within the tolerance
+    table of kernels/reference.py."""
     help_text = (f"The Triton paged-attention kernel read K/V through the block tables of "
                  f"{check.num_seqs} sequence(s); the dense reference gathered the same K/V into "
                  f"contiguous tensors and computed plain attention in float64. Tolerance "

@@ -1,23 +1,26 @@
-"""A page's scenario: settings that may not run, and replays cached per user-visible state.
+"""A page's story on screen: its settings, its frames, its kernel check and its trace.
 
-* `or_stop(build)`: build the page's config (or check its settings); on a bad combination show
+* `or_stop(build)`: build the page's config or story; on a bad combination of settings show
   what is wrong and stop the page, instead of a traceback.
-* `cached(replay)`: the engine's replay function, cached with ``st.cache_resource`` per
-  argument tuple (e.g. ``(cfg, seed)``): frames are pure functions of their arguments, so every
-  user with the same settings shares them: frames are frozen dataclasses, shared and never
-  changed (DESIGN: ``st.cache_resource`` for immutable, shared things). ``st.cache_data`` would
-  hand each run an unpickled copy instead (37 ms per rerun for the Fragmentation page's 144
-  frames, measured).
+* `frames(story)`: the story's frames, shared by every user with the same settings.
+* `live_badge(story, step, last_step)`: the story played on the real KV pool to `step` (kept
+  per user: Step plays one more step, Back replays from the seed), then the kernel badge; the
+  next step's check is computed in the background while the learner reads this one.
+* `export_trace(story, step)`: download the event trace up to this step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import TypeVar
 
 import streamlit as st
 
-P = ParamSpec("P")
+from lab.scenarios.story import LiveRun, Story
+from ui.kernel_badge import kernel_badge
+from ui.memo import per_user, shared
+from ui.step_controls import prefetch_next
+
 T = TypeVar("T")
 
 
@@ -31,13 +34,34 @@ def or_stop(build: Callable[[], T], *, errors: type[Exception] = ValueError,
         st.stop()
 
 
-def cached(replay: Callable[P, T], *, max_entries: int = 64,
-           spinner: bool | str = False) -> Callable[P, T]:
-    """`replay` (a module-level engine function, e.g. `lab.scenarios.copy_on_write.run`) cached
-    per arguments.
+def _frames(story: Story) -> tuple:
+    return story.frames()
 
-    The cache belongs to `replay` itself (Streamlit keys it by its module, name and source),
-    so each engine function keeps its own entries across reruns and pages. Callers must not
-    change what it returns: every run and every user gets the same objects.
-    """
-    return st.cache_resource(replay, max_entries=max_entries, show_spinner=spinner)
+
+def frames(story: Story, *, spinner: bool | str = False) -> tuple:
+    """Every frame of the story (allocator only), cached for all users."""
+    return shared(_frames, max_entries=128, spinner=spinner)(story)
+
+
+def live_badge(story: Story, step: int, last_step: int,
+               idle: str = "No sequence is running at this step: no attention to check.") -> None:
+    """Run the story on the real pool up to `step`, then show the kernel-vs-dense badge (or a
+    caption when nothing attends); then prefetch the next step's check."""
+    live: LiveRun = per_user(f"_live_{story.page}", story, story.live)
+    with st.spinner("Running the paged-attention kernel on the real KV pool…"):
+        check = live.check(step)
+    if check is None:
+        st.caption(idle)
+    else:
+        kernel_badge(check)
+    prefetch_next(live.check, step, last_step)
+
+
+def export_trace(story: Story, step: int) -> None:
+    """A download button for the event trace up to `step` (computed only when clicked)."""
+    st.download_button("Download event trace (JSON)", lambda: story.trace(step),
+                       file_name=f"{story.page}_step{step}.json", mime="application/json",
+                       key=f"{story.page}_trace", icon=":material/download:", on_click="ignore",
+                       help="Every allocate / append / share / copy / free event of this run up "
+                            "to the current step, with the parameters and seed that replay it. "
+                            "Figures download as PNG from the camera icon above each chart.")

@@ -1,6 +1,6 @@
 """The scheduler page's settings widgets and its long-running sections (replay, chain, sweeps).
 
-Results of long runs are kept per user in st.session_state, keyed by their parameters, so a
+Results of long runs are kept per user (`ui.memo.per_user`), keyed by their parameters, so a
 rerun that changes nothing does not run them again; every long run draws a progress bar.
 """
 
@@ -13,21 +13,22 @@ from typing import Any
 import streamlit as st
 
 from lab.figures.scheduler import chain_figure, length_histograms, serving_timeseries, sweep_figure
+from lab.serving.config import COMPUTE_POOL, SchedulerConfig
 from lab.serving.cost_model import CostModel, cost_model
 from lab.serving.metrics import Summary, series, summarize
-from lab.serving.request import SchedulerConfig
-from lab.serving.runs import block_size_sweep, chain, pool_size_sweep, replay
+from lab.serving.runs import batch_chain, block_size_sweep, pool_size_sweep, replay
 from lab.serving.workloads import (
     PRESETS,
     RequestSpec,
     WorkloadError,
-    describe,
     from_preset,
     parse_csv,
+    workload_stats,
 )
 from lab.sizing.capacity import load_gpus
 from lab.sizing.model_spec import load_presets
 from ui.layout import explain, show_figure
+from ui.memo import per_user
 from ui.state import choice_param, float_param, int_param
 
 CSV = "csv"
@@ -70,13 +71,13 @@ def engine_widgets(prefix: str, *, blocks: int, block_size: int, seats: int, bud
                    max_blocks: int) -> dict[str, Any]:
     """Scheduler settings shared by every section (SchedulerConfig keyword arguments)."""
     left, middle, right = st.columns(3)
+    size = choice_param("Block size (tokens)", f"{prefix}_block_size",
+                        [1, 2, 4, 8, 16, 32, 64, 128, 256], default=block_size, container=left)
+    count = int_param("Pool size (blocks)", f"{prefix}_blocks", default=blocks, min_value=4,
+                      max_value=max_blocks, widget="number", container=left,
+                      help="The contiguous baseline gets the same number of slots.")
     return dict(
-        block_size=choice_param("Block size (tokens)", f"{prefix}_block_size",
-                                [1, 2, 4, 8, 16, 32, 64, 128, 256], default=block_size,
-                                container=left),
-        num_blocks=int_param("Pool size (blocks)", f"{prefix}_blocks", default=blocks,
-                             min_value=4, max_value=max_blocks, widget="number", container=left,
-                             help="The contiguous baseline gets the same number of slots."),
+        pool=replace(COMPUTE_POOL, num_blocks=count, block_size=size),
         max_num_seqs=int_param("max_num_seqs", f"{prefix}_seats", default=seats, min_value=1,
                                max_value=512, widget="number", container=middle),
         max_num_batched_tokens=int_param("Token budget (max_num_batched_tokens)",
@@ -104,15 +105,14 @@ def cost_widgets(prefix: str) -> CostModel:
 # -- long runs, kept per user --------------------------------------------------------------------
 def kept(key: str, params: Hashable, compute: Callable[[Callable[[float], None]], Any],
          label: str) -> Any:
-    """compute(progress) once per parameter set, with a progress bar; the result is kept."""
-    stored = st.session_state.get(key)
-    if stored is not None and stored[0] == params:
-        return stored[1]
-    bar = st.progress(0.0, text=label)
-    result = compute(lambda f: bar.progress(min(1.0, f), text=label))
-    bar.empty()
-    st.session_state[key] = (params, result)
-    return result
+    """compute(progress) once per parameter set, with a progress bar; kept for this user."""
+    def make() -> Any:
+        bar = st.progress(0.0, text=label)
+        result = compute(lambda f: bar.progress(min(1.0, f), text=label))
+        bar.empty()
+        return result
+
+    return per_user(key, params, make)
 
 
 def _percentile_rows(summaries: dict[str, Summary]) -> list[dict[str, Any]]:
@@ -127,7 +127,7 @@ def _percentile_rows(summaries: dict[str, Summary]) -> list[dict[str, Any]]:
 
 
 def replay_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, seed: int) -> None:
-    d = describe(requests)
+    d = workload_stats(requests)
     st.caption(f"{d['requests']:,} requests · prompt mean {d['prompt_mean']:.0f} (max "
                f"{d['prompt_max']}) · output mean {d['output_mean']:.0f} (max {d['output_max']})"
                f" · {cost.label}")
@@ -165,8 +165,8 @@ def chain_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, see
     target_ms = int_param("Latency target: ITL p90 (ms)", "sched_itl_target", default=50,
                           min_value=1, max_value=1000, widget="number")
     rows = kept("sched_chain", (requests, cfg, cost, seed, target_ms),
-                lambda progress: chain(requests, cfg, cost, seed, target_ms / 1e3,
-                                       progress=progress),
+                lambda progress: batch_chain(requests, cfg, cost, seed, target_ms / 1e3,
+                                             progress=progress),
                 "Running both allocators at 5 values of max_num_seqs…")
     show_figure(chain_figure(rows, target_ms), key="sched_chain_fig")
     c, p = rows

@@ -10,9 +10,9 @@ from functools import cache
 from pathlib import Path
 
 import streamlit as st
-from streamlit.runtime.pages_manager import PagesManager
 
 from kernels.backend import backend
+from ui.navigation import ensure_app_navigation
 from ui.state import CLASSROOM_KEY, begin_run, is_classroom, register, set_link_slot
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -31,21 +31,8 @@ def _sync_classroom_param() -> None:
         st.query_params.pop("classroom", None)
 
 
-def _use_app_navigation() -> None:
-    """Make sure app.py's st.navigation is in charge, even on a fresh server's first request.
-
-    Streamlit treats an app with a `pages/` folder as an old-style multipage app until the
-    first st.navigation call. A fresh server whose first visitor opens a copied link to a page
-    would run that page file alone, with auto-generated navigation. Clearing the flag and
-    rerunning makes Streamlit run app.py (and so st.navigation) from then on.
-    """
-    if PagesManager.uses_pages_directory:
-        PagesManager.uses_pages_directory = False
-        st.rerun()
-
-
 def sidebar() -> None:
-    _use_app_navigation()
+    ensure_app_navigation()
     begin_run()
     if CLASSROOM_KEY not in st.session_state:
         st.session_state[CLASSROOM_KEY] = is_classroom()  # first run: from ?classroom=1

@@ -10,9 +10,10 @@ from collections.abc import Mapping
 
 import streamlit as st
 
-from lab.scenarios.block_tables import WalkParams, WalkTooBig, validate
+from lab.memory.kv_pool import PoolConfig
+from lab.scenarios.block_tables import BlockTablesStory, WalkParams, WalkTooBig
 from ui.scenario import or_stop
-from ui.state import int_param, seed
+from ui.state import int_param
 
 
 def walk_settings(*, output_len: int, help: Mapping[str, str] | None = None) -> WalkParams:
@@ -31,10 +32,10 @@ def walk_settings(*, output_len: int, help: Mapping[str, str] | None = None) -> 
     num_blocks = int_param("Pool (blocks)", "num_blocks", default=64, min_value=4,
                            max_value=256, widget="number", container=cols[4],
                            help=tip("num_blocks"))
-    return WalkParams(block_size=block_size, prompt_len=prompt_len, output_len=output,
-                      num_requests=num_requests, num_blocks=num_blocks)
+    return WalkParams(PoolConfig(num_blocks=num_blocks, block_size=block_size),
+                      prompt_len=prompt_len, output_len=output, num_requests=num_requests)
 
 
-def check_walk(params: WalkParams) -> None:
+def check_walk(params: WalkParams, seed: int) -> None:
     """Stop the page with the engine's message when the walk cannot fit its pool."""
-    or_stop(lambda: validate(params, seed()), errors=WalkTooBig, message="{error}")
+    or_stop(BlockTablesStory(params, seed).check_fits, errors=WalkTooBig, message="{error}")

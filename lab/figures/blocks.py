@@ -16,22 +16,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from functools import cache
 
 import plotly.graph_objects as go
-import plotly.io as pio
 
+from lab.figures.style import (
+    CACHED_COLOR,
+    EDGE_COLOR,
+    FONT_SIZE,
+    FREE_COLOR,
+    HIGHLIGHT_COLOR,
+    PALETTE,
+    SHARED_COLOR,
+    TAIL_COLOR,
+    base_figure,
+    label_margin,
+    lighten,
+)
 from lab.memory.snapshot import Snapshot
 
-# Okabe-Ito: distinguishable with the common colour-vision deficiencies.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#8C6D1F", "#444444")
-SHARED_COLOR = "#6A3D9A"  # a block held by more than one sequence
-FREE_COLOR = "#FFFFFF"
-CACHED_COLOR = "#E3E3E3"  # free, but still holding a prefix-cache hash
-TAIL_COLOR = "#F1F1F1"  # an allocated slot with no token yet
-EDGE_COLOR = "#9A9A9A"
-HIGHLIGHT_COLOR = "#D62728"
-FONT_SIZE = 15
 MAX_LABELLED_COLUMNS = 30  # beyond this, cell labels would overlap: hover still tells
 MAX_TABLE_LABELS = 24  # block-table cells hold 1-3 digit ids: fewer fit across
 
@@ -43,39 +45,6 @@ def sequence_colors(snapshot: Snapshot) -> dict[int, str]:
 
 def _label(names: Mapping[int, str] | None, seq_id: int) -> str:
     return names.get(seq_id, f"seq {seq_id}") if names else f"seq {seq_id}"
-
-
-def lighten(hex_color: str, amount: float) -> str:
-    """Mix a colour with white: amount 0 keeps it, 1 gives white."""
-    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
-    mix = [round(c + (255 - c) * amount) for c in (r, g, b)]
-    return "#{:02X}{:02X}{:02X}".format(*mix)
-
-
-@cache
-def _template() -> dict:
-    """plotly_white without automatic margins: fitting them makes plotly.js draw a figure twice
-    (about half of its drawing time on every step). Figures size their margins instead
-    (`label_margin` for axes with word labels)."""
-    template = pio.templates["plotly_white"].to_plotly_json()
-    for axis in ("xaxis", "yaxis"):
-        template["layout"][axis]["automargin"] = False
-    return template
-
-
-def label_margin(labels: Sequence[str], font_size: int = FONT_SIZE) -> int:
-    """Pixels of margin that fit the longest tick label (about 0.6 em a character)."""
-    return 20 + math.ceil(0.6 * font_size * max((len(t) for t in labels), default=0))
-
-
-def base_figure(traces: list[dict], layout: dict, title: str, height: int) -> go.Figure:
-    """Build the figure in one go from plain dicts, without plotly's validation: it costs
-    ~50 ms a figure, on every step. The dicts here use only documented plotly attributes, and
-    the tests render every figure in a real browser."""
-    base = dict(title=dict(text=title, x=0, xanchor="left"), height=height,
-                template=_template(), font=dict(size=FONT_SIZE), showlegend=False,
-                margin=dict(l=60, r=20, t=56, b=40), hoverlabel=dict(font=dict(size=FONT_SIZE)))
-    return go.Figure(data=traces, layout=base | layout, _validate=False)
 
 
 def token_strip(snapshot: Snapshot, names: Mapping[int, str] | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from lab.figures.blocks import FONT_SIZE, base_figure
+from lab.figures.style import FONT_SIZE, base_figure
 
 STEP_LINE = dict(color="#333333", dash="dot", width=1.5)  # the step the page shows
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from lab.figures.blocks import FONT_SIZE, SHARED_COLOR, label_margin
 from lab.figures.common import over_time_figure, two_panels
+from lab.figures.style import FONT_SIZE, SHARED_COLOR, label_margin
 from lab.scenarios.copy_on_write import BranchFrame
 
 NAIVE_COLOR = "#D55E00"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from lab.figures.blocks import EDGE_COLOR, FONT_SIZE, PALETTE, base_figure, label_margin, lighten
 from lab.figures.common import over_time_figure, two_panels
+from lab.figures.style import EDGE_COLOR, FONT_SIZE, PALETTE, base_figure, label_margin, lighten
 from lab.scenarios.fragmentation import FragFrame, SweepRow
 
 CONTIGUOUS, PAGED = "Contiguous (reserve prompt + max output)", "Paged (blocks as tokens arrive)"

@@ -7,7 +7,7 @@ import html
 
 import plotly.graph_objects as go
 
-from lab.figures.blocks import FONT_SIZE, PALETTE, base_figure, lighten
+from lab.figures.style import FONT_SIZE, PALETTE, base_figure, lighten
 from lab.model.paged_cache import GATHER, KERNEL, ForwardReport
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from lab.figures.blocks import base_figure
 from lab.figures.common import over_time_figure, two_panels
+from lab.figures.style import base_figure
 from lab.scenarios.prefix_cache import Admission, PrefixFrame
 
 STATUS_STYLE = {  # status -> (fill, word on the box)

@@ -9,7 +9,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.figures.blocks import PALETTE
+from lab.figures.style import PALETTE
+from lab.memory.contiguous import Region
 from lab.serving.runs import ChainRow, SweepPoint
 from lab.serving.workloads import RequestSpec
 
@@ -25,11 +26,12 @@ def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
     return fig
 
 
-def region_map(regions: Sequence[tuple[int, int, int, int]], capacity: int) -> go.Figure:
+def region_map(regions: Sequence[Region], capacity: int) -> go.Figure:
     """The contiguous baseline's address space: each request's reservation (pale) and the part
     holding tokens (solid); the gaps are free holes."""
     fig = go.Figure()
-    for req, start, reserved, held in sorted(regions, key=lambda r: r[1]):
+    for region in regions:
+        req, start, reserved, held = region.req_id, region.start, region.reserved, region.used
         color = PALETTE[req % len(PALETTE)]
         fig.add_bar(y=[""], x=[reserved], base=[start], orientation="h", marker_color=color,
                     opacity=0.3, hovertext=f"R{req}: reserved {reserved} slots from {start}",

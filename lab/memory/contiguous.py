@@ -41,6 +41,15 @@ class ContiguousUsage:
     holes: tuple[tuple[int, int], ...]  # (start, size) of each free run
 
 
+@dataclass(frozen=True)
+class ContiguousPicture:
+    """The contiguous address space at one moment: its regions in address order, and usage."""
+
+    regions: tuple[Region, ...]  # (req_id, start, reserved, used): used = tokens held now
+    usage: ContiguousUsage
+    next_request: int  # slots the request waiting to be placed needs (0: nobody waits)
+
+
 class ContiguousAllocator:
     def __init__(self, capacity: int, events: EventLog | None = None) -> None:
         if capacity < 1:
@@ -87,14 +96,27 @@ class ContiguousAllocator:
         region = self.regions.pop(req_id)
         self.events.emit("free", req_id, None, start=region.start, reserved=region.reserved)
 
+    def picture(self, held: dict[int, int] | None = None,
+                next_request: int = 0) -> ContiguousPicture:
+        """The regions in address order and the usage now. `held` (request id -> tokens held)
+        overrides each region's `used`: a server that tracks lengths itself need not call grow."""
+        held = held or {}
+        regions = tuple(Region(r.req_id, r.start, r.reserved, held.get(r.req_id, r.used))
+                        for r in sorted(self.regions.values(), key=lambda r: r.start))
+        return ContiguousPicture(regions, self._usage(regions, next_request or None),
+                                 next_request)
+
     def usage(self, next_request: int | None = None) -> ContiguousUsage:
         """Fragmentation now. External counts holes smaller than `next_request` slots (by
         default the smallest reservation in place, a stand-in for a typical request)."""
+        return self._usage(tuple(self.regions.values()), next_request)
+
+    def _usage(self, regions: tuple[Region, ...], next_request: int | None) -> ContiguousUsage:
         holes = self.holes()
-        reserved = sum(r.reserved for r in self.regions.values())
-        used = sum(r.used for r in self.regions.values())
+        reserved = sum(r.reserved for r in regions)
+        used = sum(r.used for r in regions)
         if next_request is None:
-            next_request = min((r.reserved for r in self.regions.values()), default=1)
+            next_request = min((r.reserved for r in regions), default=1)
         return ContiguousUsage(
             self.capacity, reserved, used, reserved - used, self.capacity - reserved,
             max((h for _, h in holes), default=0),

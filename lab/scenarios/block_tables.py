@@ -1,4 +1,4 @@
-"""The guide's allocator walk, for several interleaved requests, replayable at any step.
+"""The guide's allocator walk, for several interleaved requests, step by step.
 
 Request A has the prompt and output lengths the learner picks (the guide's example: prompt 30,
 output 4, block size 16). Requests B, C, ... get seeded lengths around A's and arrive one step
@@ -7,18 +7,15 @@ i arrives and its prompt is prefilled; every request already in the pool then de
 per step until it has its output. Finished requests keep their blocks, so the last picture shows
 each request's unused tail.
 
-`replay_walk(params, seed, step)` rebuilds the state at `step` from nothing: the allocator runs
-step by step, exactly as a live run would, then the K/V of every token in the pool is written
-into the real KV pool at the slots the allocator gave it. A token's K/V depends only on (seed,
-token id, position) (see lab/synthetic_kv.py), so the pool holds the same values a token-by-token
-run would have written. The Triton kernel then reads them through the block tables.
+A token's K/V depends only on (seed, token id, position) (lab/serving/synthetic_kv.py): played
+on the real pool, the walk writes each token's K/V into the slot the allocator gave it, and the
+Triton kernel reads them back through the block tables.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
 
 from kernels.reference import AttentionCheck
 from lab.memory.block_table import blocks_for
@@ -27,7 +24,9 @@ from lab.memory.events import Event
 from lab.memory.kernel_check import check_kernel
 from lab.memory.kv_pool import PoolConfig
 from lab.memory.snapshot import Snapshot
+from lab.scenarios.story import Story
 from lab.serving.synthetic_kv import VOCAB, SyntheticKV
+from lab.serving.workloads import RequestSpec
 
 REQUEST_NAMES = "ABCDEFGH"
 
@@ -38,44 +37,26 @@ class WalkTooBig(ValueError):
 
 @dataclass(frozen=True)
 class WalkParams:
-    block_size: int = 16
+    pool: PoolConfig = field(default_factory=lambda: PoolConfig(num_blocks=64, block_size=16))
     prompt_len: int = 30
     output_len: int = 4
     num_requests: int = 3
-    num_blocks: int = 64
-    head_dim: int = 64
-    num_kv_heads: int = 2
 
-    def config(self) -> PoolConfig:
-        return PoolConfig(num_blocks=self.num_blocks, block_size=self.block_size,
-                          num_kv_heads=self.num_kv_heads, head_dim=self.head_dim)
-
-
-@dataclass(frozen=True)
-class WalkRequest:
-    name: str  # "A", "B", ...
-    arrival: int  # the step at which its prompt is prefilled
-    prompt: tuple[int, ...]
-    output: tuple[int, ...]
-
-    @property
-    def total_len(self) -> int:
-        return len(self.prompt) + len(self.output)
+    def __post_init__(self) -> None:
+        for name in ("prompt_len", "output_len", "num_requests"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.num_requests > len(REQUEST_NAMES):
+            raise ValueError(f"at most {len(REQUEST_NAMES)} requests, got {self.num_requests}")
 
 
-@dataclass(frozen=True)
-class WalkFrame:
-    step: int
-    requests: tuple[WalkRequest, ...]
-    seq_names: dict[int, str]  # engine seq_id -> request name, for the requests in the pool
-    snapshot: Snapshot
-    events: tuple[Event, ...]  # what this step did
-    trace_json: str  # every event up to this step, with the parameters that replay it
-    check: AttentionCheck | None  # kernel vs dense for the newest token of each sequence
+def request_name(req_id: int) -> str:
+    return REQUEST_NAMES[req_id]
 
 
-def walk_requests(params: WalkParams, seed: int) -> tuple[WalkRequest, ...]:
-    """Request A from the parameters; the others seeded around A's lengths."""
+def walk_requests(params: WalkParams, seed: int) -> tuple[RequestSpec, ...]:
+    """Request A from the parameters; the others seeded around A's lengths. Request i arrives
+    at step i + 1."""
     rng = random.Random(seed)
     requests = []
     for i in range(params.num_requests):
@@ -83,124 +64,145 @@ def walk_requests(params: WalkParams, seed: int) -> tuple[WalkRequest, ...]:
         if i > 0:
             prompt_len = rng.randint(max(1, prompt_len // 2), prompt_len + prompt_len // 2)
             output_len = rng.randint(max(1, output_len // 2), output_len + output_len // 2)
-        tokens = [rng.randrange(VOCAB) for _ in range(prompt_len + output_len)]
-        requests.append(WalkRequest(REQUEST_NAMES[i], i + 1, tuple(tokens[:prompt_len]),
-                                    tuple(tokens[prompt_len:])))
+        tokens = tuple(rng.randrange(VOCAB) for _ in range(prompt_len + output_len))
+        requests.append(RequestSpec(i, prompt_len, output_len, float(i + 1), tokens=tokens))
     return tuple(requests)
 
 
-def blocks_required(params: WalkParams, seed: int) -> int:
-    """Blocks the whole walk holds at its end (nothing is freed)."""
-    return sum(blocks_for(r.total_len, params.block_size) for r in walk_requests(params, seed))
+@dataclass(frozen=True)
+class WalkFrame:
+    step: int
+    requests: tuple[RequestSpec, ...]
+    seq_names: dict[int, str]  # engine seq_id -> request name, for the requests in the pool
+    snapshot: Snapshot
+    events: tuple[Event, ...]  # what this step did
 
 
-def last_step(params: WalkParams, seed: int) -> int:
-    """The step at which the last request has decoded its last token."""
-    return max(r.arrival + len(r.output) for r in walk_requests(params, seed))
+class WalkPlay:
+    def __init__(self, params: WalkParams, seed: int, store_kv: bool = False) -> None:
+        self.params = params
+        self.requests = walk_requests(params, seed)
+        self.manager = KVCacheManager(params.pool, enable_prefix_cache=False, store_kv=store_kv)
+        self.kv = SyntheticKV(params.pool, seed) if store_kv else None
+        self.names: dict[int, str] = {}  # seq_id -> request name
+        self.seq_of: dict[int, int] = {}  # req_id -> seq_id
+        self.step = -1
+        self.last_step = max(int(r.arrival_s) + r.output_len for r in self.requests)
 
+    @property
+    def done(self) -> bool:
+        return self.step >= self.last_step
 
-def validate(params: WalkParams, seed: int) -> None:
-    """Raise WalkTooBig, with a message saying what to change, if the pool is too small."""
-    needed = blocks_required(params, seed)
-    if needed > params.num_blocks:
-        raise WalkTooBig(
-            f"These {params.num_requests} request(s) need {needed} blocks of "
-            f"{params.block_size} tokens by the end, but the pool has {params.num_blocks}. "
-            "Shorten the prompt or the output, use fewer requests, or enlarge the pool.")
+    def advance(self) -> WalkFrame:
+        self.step += 1
+        self.manager.events.step = self.step
+        mark = len(self.manager.events)
+        for r in self.requests:
+            arrival = int(r.arrival_s)
+            if arrival == self.step:  # prefill: blocks for the whole prompt
+                seq = self.manager.add_sequence(list(r.tokens[:r.prompt_len]))
+                self.names[seq.seq_id], self.seq_of[r.req_id] = request_name(r.req_id), seq.seq_id
+                self._write(seq.seq_id, 0, r.tokens[:r.prompt_len])
+            elif arrival < self.step <= arrival + r.output_len:  # decode one token
+                pos = r.prompt_len + self.step - arrival - 1
+                self.manager.append_token(self.seq_of[r.req_id], r.tokens[pos])
+                self._write(self.seq_of[r.req_id], pos, r.tokens[pos:pos + 1])
+        events = tuple(self.manager.events.since(mark))
+        return WalkFrame(self.step, self.requests, dict(self.names), self.manager.snapshot(),
+                         events)
 
-
-@lru_cache(maxsize=8)
-def synthetic_kv(params: WalkParams, seed: int) -> SyntheticKV:
-    """The K/V and query tables for these parameters (immutable once built, so shared)."""
-    return SyntheticKV(params.config(), seed)
-
-
-def run_walk(params: WalkParams, seed: int, step: int,
-             store_kv: bool = True) -> tuple[KVCacheManager, dict[int, str]]:
-    """The allocator after `step` steps, with every token's K/V written into the pool
-    (store_kv=False: the allocator alone, no tensors)."""
-    validate(params, seed)
-    if not 0 <= step <= last_step(params, seed):
-        raise ValueError(f"step must be in [0, {last_step(params, seed)}], got {step}")
-    manager = KVCacheManager(params.config(), enable_prefix_cache=False, store_kv=store_kv)
-    requests = walk_requests(params, seed)
-    names: dict[int, str] = {}
-    by_name = {}
-    for now in range(1, step + 1):
-        manager.events.next_step()
-        for request in requests:
-            if request.arrival == now:  # prefill: blocks for the whole prompt
-                seq = manager.add_sequence(list(request.prompt))
-                names[seq.seq_id], by_name[request.name] = request.name, seq.seq_id
-            elif request.arrival < now <= request.arrival + len(request.output):  # decode
-                manager.append_token(by_name[request.name],
-                                     request.output[now - request.arrival - 1])
-    for seq_id in names:
-        tokens = manager.sequences[seq_id].tokens
-        if store_kv:
-            keys, values = synthetic_kv(params, seed).keys_values(tokens, 0)  # [L, n, H, D]
-            manager.write(seq_id, 0, keys, values)
+    def _write(self, seq_id: int, start: int, tokens: tuple[int, ...]) -> None:
+        if self.kv is None:
+            self.manager.commit(seq_id, start + len(tokens))
         else:
-            manager.commit(seq_id, len(tokens))
-    return manager, names
+            keys, values = self.kv.keys_values(list(tokens), start)  # [L, n, kv_heads, D]
+            self.manager.write(seq_id, start, keys, values)
+
+    def check_attention(self) -> AttentionCheck | None:
+        """The kernel vs dense attention, each sequence's newest token as the query."""
+        if self.kv is None or not self.names:
+            return None
+        seq_ids = list(self.names)
+        newest = [self.manager.sequences[s].tokens[-1] for s in seq_ids]
+        return check_kernel(self.manager, seq_ids, self.kv.queries(newest))  # [S, H, D]
+
+    def events(self) -> dict[str, list[dict]]:
+        return {"paged": [e.to_dict() for e in self.manager.events.events]}
 
 
-def blocks_held(params: WalkParams, seed: int, num_tokens: int) -> int:
-    """Physical blocks request A holds once it has `num_tokens` tokens (allocator only)."""
-    first = walk_requests(params, seed)[0]
-    if not len(first.prompt) <= num_tokens <= first.total_len:
-        raise ValueError(f"request A has between {len(first.prompt)} and {first.total_len} "
-                         f"tokens, not {num_tokens}")
-    manager, _ = run_walk(params, seed, first.arrival + num_tokens - len(first.prompt),
-                          store_kv=False)
-    return manager.sequences[0].num_blocks
+@dataclass(frozen=True)
+class BlockTablesStory(Story[WalkFrame]):
+    page = "block_tables"
+    config: WalkParams
+    seed: int
 
+    def play(self, store_kv: bool = False) -> WalkPlay:
+        self.check_fits()
+        return WalkPlay(self.config, self.seed, store_kv)
 
-def replay_walk(params: WalkParams, seed: int, step: int) -> WalkFrame:
-    """The walk at `step`: picture, this step's events, trace and the attention check."""
-    manager, names = run_walk(params, seed, step)
-    check = None
-    if names:
-        seq_ids = list(names)
-        kv = synthetic_kv(params, seed)
-        queries = kv.queries([manager.sequences[s].tokens[-1] for s in seq_ids])
-        check = check_kernel(manager, seq_ids, queries)  # [num_seqs, heads, head_dim] each
-    events = tuple(e for e in manager.events.events if e.step == step and step > 0)
-    trace = manager.events.to_json(page="block_tables", seed=seed, step=step,
-                                   params=asdict(params))
-    return WalkFrame(step, walk_requests(params, seed), names, manager.snapshot(), events,
-                     trace, check)
+    @property
+    def requests(self) -> tuple[RequestSpec, ...]:
+        return walk_requests(self.config, self.seed)
 
+    @property
+    def last_step(self) -> int:
+        """The step at which the last request has decoded its last token."""
+        return max(int(r.arrival_s) + r.output_len for r in self.requests)
 
-def final_tail_slots(params: WalkParams, seed: int) -> int:
-    """Unused slots in request A's last block once it has finished (allocator only)."""
-    manager, _ = run_walk(params, seed, last_step(params, seed), store_kv=False)
-    return manager.sequences[0].tail_slots
+    def blocks_required(self) -> int:
+        """Blocks the whole walk holds at its end (nothing is freed)."""
+        bs = self.config.pool.block_size
+        return sum(blocks_for(r.total_len, bs) for r in self.requests)
 
+    def check_fits(self) -> None:
+        """Raise WalkTooBig, saying what to change, if the pool is too small for the walk."""
+        needed, p = self.blocks_required(), self.config
+        if needed > p.pool.num_blocks:
+            raise WalkTooBig(
+                f"These {p.num_requests} request(s) need {needed} blocks of "
+                f"{p.pool.block_size} tokens by the end, but the pool has {p.pool.num_blocks}. "
+                "Shorten the prompt or the output, use fewer requests, or enlarge the pool.")
 
-def describe_step(frame: WalkFrame, block_size: int) -> list[str]:
-    """What happened at this step, one sentence per request that did something."""
-    if frame.step == 0:
-        return [f"The pool is empty: {frame.snapshot.num_blocks} free blocks of {block_size} "
-                "slots. Press Step to prefill request A's prompt."]
-    by_name = {name: seq_id for seq_id, name in frame.seq_names.items()}
-    lines = []
-    for request in frame.requests:
-        seq_id = by_name.get(request.name)
-        mine = [e for e in frame.events if e.seq_id == seq_id]
-        taken = [e.block_id for e in mine if e.kind == "allocate"]
-        if request.arrival == frame.step:
-            lines.append(f"**{request.name}** arrives: its {len(request.prompt)}-token prompt "
-                         f"is prefilled into {len(taken)} new block(s): "
-                         f"{', '.join(map(str, taken))}.")
-        for e in (e for e in mine if e.kind == "append"):
-            pos, slot = e.detail["pos"], e.detail["slot"]
-            where = f"slot {slot % block_size} of physical block {e.block_id}"
-            new = " — a **new block**, because its last block was full" if taken else ""
-            lines.append(f"**{request.name}** decodes its token #{pos + 1} (position {pos}) "
-                         f"into {where}{new}.")
-            if pos + 1 == request.total_len:
-                tail = blocks_for(request.total_len, block_size) * block_size - request.total_len
-                lines.append(f"**{request.name}** is finished at {request.total_len} tokens: "
-                             f"{tail} slot(s) of its last block stay unused.")
-    return lines
+    def blocks_held(self, frames: tuple[WalkFrame, ...], num_tokens: int) -> int:
+        """Physical blocks request A holds once it has `num_tokens` tokens."""
+        first = self.requests[0]
+        if not first.prompt_len <= num_tokens <= first.total_len:
+            raise ValueError(f"request A has between {first.prompt_len} and {first.total_len} "
+                             f"tokens, not {num_tokens}")
+        frame = frames[int(first.arrival_s) + num_tokens - first.prompt_len]
+        return len(frame.snapshot.sequences[0].block_table)
+
+    def tail_slots(self, frame: WalkFrame, req_id: int) -> int:
+        """Unused slots in the last block of a request in the pool at this frame."""
+        seq_id = {name: s for s, name in frame.seq_names.items()}[request_name(req_id)]
+        seq = next(s for s in frame.snapshot.sequences if s.seq_id == seq_id)
+        return len(seq.block_table) * self.config.pool.block_size - seq.num_tokens
+
+    def caption(self, frame: WalkFrame) -> list[str]:
+        """What happened at this step, one sentence per request that did something."""
+        bs = self.config.pool.block_size
+        if frame.step == 0:
+            return [f"The pool is empty: {frame.snapshot.num_blocks} free blocks of {bs} "
+                    "slots. Press Step to prefill request A's prompt."]
+        by_name = {name: seq_id for seq_id, name in frame.seq_names.items()}
+        lines = []
+        for request in frame.requests:
+            name = request_name(request.req_id)
+            seq_id = by_name.get(name)
+            mine = [e for e in frame.events if e.seq_id == seq_id]
+            taken = [e.block_id for e in mine if e.kind == "allocate"]
+            if int(request.arrival_s) == frame.step:
+                lines.append(f"**{name}** arrives: its {request.prompt_len}-token prompt "
+                             f"is prefilled into {len(taken)} new block(s): "
+                             f"{', '.join(map(str, taken))}.")
+            for e in (e for e in mine if e.kind == "append"):
+                pos, slot = e.detail["pos"], e.detail["slot"]
+                where = f"slot {slot % bs} of physical block {e.block_id}"
+                new = " — a **new block**, because its last block was full" if taken else ""
+                lines.append(f"**{name}** decodes its token #{pos + 1} (position {pos}) "
+                             f"into {where}{new}.")
+                if pos + 1 == request.total_len:
+                    tail = blocks_for(request.total_len, bs) * bs - request.total_len
+                    lines.append(f"**{name}** is finished at {request.total_len} tokens: "
+                                 f"{tail} slot(s) of its last block stay unused.")
+        return lines

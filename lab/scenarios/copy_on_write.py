@@ -13,16 +13,17 @@ appends and frees a real sampler would cause. With a KV pool, every token's K/V 
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from kernels.reference import AttentionCheck
 from lab.memory.block_table import blocks_for
 from lab.memory.cache_manager import KVCacheManager
 from lab.memory.events import Event
+from lab.memory.kernel_check import check_kernel
 from lab.memory.kv_pool import PoolConfig
 from lab.memory.snapshot import Snapshot
-from lab.serving.paged_replay import check_newest_tokens, write_appended
+from lab.scenarios.story import Story
 from lab.serving.synthetic_kv import VOCAB, SyntheticKV
 
 Mode = Literal["parallel", "beam"]
@@ -30,30 +31,25 @@ Mode = Literal["parallel", "beam"]
 
 @dataclass(frozen=True)
 class BranchConfig:
+    pool: PoolConfig = field(default_factory=lambda: PoolConfig(num_blocks=32, block_size=16))
     mode: Mode = "parallel"
     num_branches: int = 4  # n samples, or the beam width
     prompt_len: int = 30
     max_new_tokens: int = 12
-    block_size: int = 16
-    num_blocks: int = 32
 
     def __post_init__(self) -> None:
         if self.mode not in ("parallel", "beam"):
             raise ValueError(f"mode must be 'parallel' or 'beam', got {self.mode!r}")
-        for name in ("num_branches", "prompt_len", "max_new_tokens", "block_size", "num_blocks"):
+        for name in ("num_branches", "prompt_len", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         worst = self.num_branches * blocks_for(self.prompt_len + self.max_new_tokens,
-                                               self.block_size)
-        if worst > self.num_blocks:
+                                               self.pool.block_size)
+        if worst > self.pool.num_blocks:
             raise ValueError(
                 f"{self.num_branches} branches of up to {self.prompt_len + self.max_new_tokens} "
                 f"tokens may need {worst} blocks if nothing stays shared, but the pool has "
-                f"{self.num_blocks}: add blocks, or use fewer branches or tokens")
-
-    @property
-    def pool_config(self) -> PoolConfig:
-        return PoolConfig(num_blocks=self.num_blocks, block_size=self.block_size)
+                f"{self.pool.num_blocks}: add blocks, or use fewer branches or tokens")
 
 
 @dataclass(frozen=True)
@@ -69,15 +65,14 @@ class BranchFrame:
     scores: dict[int, float]  # beam search: cumulative log-probability of each live beam
 
 
-class BranchScenario:
+class BranchPlay:
     """One prompt, many branches, driven step by step on a KVCacheManager."""
 
     def __init__(self, cfg: BranchConfig, seed: int, store_kv: bool = False) -> None:
         self.cfg = cfg
         self.rng = random.Random(seed)
-        self.manager = KVCacheManager(cfg.pool_config, enable_prefix_cache=False,
-                                      store_kv=store_kv)
-        self.kv = SyntheticKV(cfg.pool_config, seed) if store_kv else None
+        self.manager = KVCacheManager(cfg.pool, enable_prefix_cache=False, store_kv=store_kv)
+        self.kv = SyntheticKV(cfg.pool, seed) if store_kv else None
         self.prompt = [self.rng.randrange(VOCAB) for _ in range(cfg.prompt_len)]
         # Parallel sampling: each branch's length is fixed by the seed (unknown to the server).
         self.lengths = [self.rng.randint(max(1, cfg.max_new_tokens // 3), cfg.max_new_tokens)
@@ -137,7 +132,11 @@ class BranchScenario:
         for seq_id, token in choices:
             self.manager.append_token(seq_id, token)
             appended.append((seq_id, len(self.manager.sequences[seq_id]) - 1, token))
-        write_appended(self.manager, self.kv, appended)
+        if self.kv is not None:
+            self.kv.write_appended(self.manager, appended)
+        else:
+            for seq_id, pos, _ in appended:
+                self.manager.commit(seq_id, pos + 1)
 
     def _finish(self, seq_id: int) -> None:
         self.manager.free(seq_id)
@@ -182,7 +181,7 @@ class BranchScenario:
     # -- reading ---------------------------------------------------------------------------
     def frame(self, events: tuple[Event, ...] = ()) -> BranchFrame:
         live = tuple(sorted(self.scores))
-        naive = sum(blocks_for(len(self.manager.sequences[s]), self.cfg.block_size)
+        naive = sum(blocks_for(len(self.manager.sequences[s]), self.cfg.pool.block_size)
                     for s in live)
         return BranchFrame(self.step, self.manager.snapshot(), events, live,
                            tuple(self.finished), self.manager.blocks.num_used, naive,
@@ -192,29 +191,32 @@ class BranchScenario:
         """Kernel vs dense attention for every live branch's newest token."""
         if self.kv is None or not self.scores:
             return None
-        return check_newest_tokens(self.manager, self.kv, sorted(self.scores))
+        live = sorted(self.scores)
+        newest = [self.manager.sequences[s].tokens[-1] for s in live]
+        return check_kernel(self.manager, live, self.kv.queries(newest))  # [num_seqs, H, D]
 
-
-def run(cfg: BranchConfig, seed: int) -> list[BranchFrame]:
-    """Every frame of the scenario, allocator only (fast): what the figures show."""
-    scenario = BranchScenario(cfg, seed)
-    return [scenario.advance() for _ in range(scenario.last_step + 1)]
-
-
-def trace_json(cfg: BranchConfig, seed: int, step: int) -> str:
-    """The event trace up to `step` (allocator only), with what replays it."""
-    scenario = BranchScenario(cfg, seed)
-    for _ in range(step + 1):
-        scenario.advance()
-    return scenario.manager.events.to_json(page="copy_on_write", seed=seed, step=step,
-                                           params=asdict(cfg))
+    def events(self) -> dict[str, list[dict]]:
+        return {"paged": [e.to_dict() for e in self.manager.events.events]}
 
 
 def branch_name(seq_id: int) -> str:
     return f"B{seq_id}"
 
 
-def describe(frame: BranchFrame, mode: Mode) -> list[str]:
+@dataclass(frozen=True)
+class CopyOnWriteStory(Story[BranchFrame]):
+    page = "copy_on_write"
+    config: BranchConfig
+    seed: int
+
+    def play(self, store_kv: bool = False) -> BranchPlay:
+        return BranchPlay(self.config, self.seed, store_kv)
+
+    def caption(self, frame: BranchFrame) -> list[str]:
+        return _caption(frame, self.config.mode)
+
+
+def _caption(frame: BranchFrame, mode: Mode) -> list[str]:
     """What this step did: forks, copies, new blocks, ended branches (grouped, one line each)."""
     def who(seq_ids) -> str:
         return ", ".join(f"**{branch_name(s)}**" for s in seq_ids)

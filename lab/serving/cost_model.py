@@ -21,7 +21,9 @@ figures kept in assets/gpus.json.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
+
+import numpy as np
 
 from lab.sizing.capacity import load_gpus, weight_bytes_per_gpu
 from lab.sizing.kv_formula import kv_layout
@@ -69,8 +71,29 @@ class CostModel:
         return float("inf") if gap <= 0 else (self.weight_bytes / self.bandwidth) / gap
 
 
-def attention_pairs(query_len: int, seq_len: int) -> int:
-    """(query, key) pairs of causal attention for the last query_len of seq_len tokens."""
+class Cost(Protocol):
+    """What the scheduler asks of a cost model: how long one iteration takes."""
+
+    label: str
+
+    def iteration(self, new_tokens: int, context_tokens: int,
+                  attn_pairs: int) -> IterationCost: ...
+
+
+@dataclass(frozen=True)
+class StepClock:
+    """Every iteration takes one unit of time, so the clock counts iterations and arrival
+    times are step numbers: the walkthrough pages' steps, with no model or GPU behind them."""
+
+    label: str = "one step per iteration"
+
+    def iteration(self, new_tokens: int, context_tokens: int, attn_pairs: int) -> IterationCost:
+        return IterationCost(1.0, 1.0, 0.0)
+
+
+def attention_pairs(query_len: np.ndarray | int, seq_len: np.ndarray | int) -> np.ndarray | int:
+    """(query, key) pairs of causal attention for the last query_len of seq_len tokens
+    (elementwise on arrays)."""
     return query_len * seq_len - query_len * (query_len - 1) // 2
 
 

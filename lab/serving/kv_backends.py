@@ -1,7 +1,8 @@
 """Where the scheduler's requests keep their K/V: the paged pool or the contiguous baseline.
 
-Both answer the same questions (can this request ever fit? can it be admitted now? can its next
-token get a slot?), so one scheduler drives either and their runs can be compared.
+Both answer the same questions through `KVBackend` (can this request ever fit? can it be
+admitted now? can its next token get a slot? may it be swapped out?), so one scheduler drives
+either and their runs can be compared; the scheduler never asks which one it has.
 
 Paged: the lab's `KVCacheManager` over the real block pool (and, in compute mode, the real K/V
 tensors). Admission allocates the blocks of every token the request holds. A decode token that
@@ -15,21 +16,77 @@ prompt + max_tokens in one region, so decode never needs memory and never preemp
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 import torch
 
 from kernels.reference import AttentionCheck
+from lab.memory.block_pool import KVCacheError
 from lab.memory.block_table import blocks_for
 from lab.memory.cache_manager import KVCacheManager
-from lab.memory.contiguous import ContiguousAllocator
+from lab.memory.contiguous import ContiguousAllocator, ContiguousPicture
+from lab.memory.events import EventLog
 from lab.memory.kernel_check import check_kernel
-from lab.memory.kv_pool import PoolConfig
 from lab.memory.snapshot import Snapshot
 from lab.memory.swap import SwapSpace
-from lab.serving.request import Request, SchedulerConfig
+from lab.serving.config import AllocatorKind, SchedulerConfig
+from lab.serving.request import Request
 from lab.serving.synthetic_kv import SyntheticKV
 
 Batch = list[tuple[Request, int, int]]  # (request, first new position, new tokens)
+
+
+class NotSupported(KVCacheError):
+    """The backend cannot do this (e.g. swap out a contiguous reservation)."""
+
+
+class KVBackend(Protocol):
+    name: AllocatorKind
+    events: EventLog  # what the memory did, stamped with the scheduler's iteration
+    computes: bool  # compute() has work: K/V to write or a prefix cache to fill
+
+    def never_fits(self, req: Request) -> str | None:
+        """Why the request could not run even alone in the pool (None: it could)."""
+
+    def admit_shortfall(self, req: Request) -> str | None:
+        """Why it cannot be admitted now (None: it can)."""
+
+    def admit(self, req: Request) -> int:
+        """Take memory for every token it holds; return its slot capacity."""
+
+    def grow(self, req: Request, computed: int) -> int | None:
+        """Memory for the token at `computed` (its capacity is full): the new capacity, or
+        None when there is none free."""
+
+    def compute(self, batch: Batch) -> AttentionCheck | None:
+        """After scheduling: store the batch's new K/V (compute mode: and check the kernel)."""
+
+    def release(self, req: Request) -> None:
+        """Give back its memory (finished, or preempted by recompute)."""
+
+    def can_swap_out(self, req: Request) -> bool: ...
+
+    def swap_out(self, req: Request) -> int:
+        """Move it to CPU memory; return the bytes moved."""
+
+    def swap_in_shortfall(self, req: Request) -> str | None: ...
+
+    def swap_in(self, req: Request) -> tuple[int, int]:
+        """Bring it back: (bytes moved, slot capacity)."""
+
+    def usage(self, length: np.ndarray, cap: np.ndarray,
+              next_in_line: Request | None) -> tuple[float, int]:
+        """(fraction of the pool taken, slots taken but holding no token)."""
+
+    def picture(self, running: list[Request],
+                next_in_line: Request | None) -> Snapshot | ContiguousPicture:
+        """Every block (paged) or region (contiguous) now, for a page to draw."""
+
+    def prefix_tokens(self) -> tuple[int, int]:
+        """(prompt tokens looked up in the prefix cache, tokens found) so far."""
+
+    def check_invariants(self, running: list[Request]) -> None: ...
 
 
 def _shortfall(need: int, free: int, mark: int) -> str | None:
@@ -39,19 +96,19 @@ def _shortfall(need: int, free: int, mark: int) -> str | None:
 
 
 class PagedBackend:
-    kind = "paged"
+    name: AllocatorKind = "paged"
 
     def __init__(self, cfg: SchedulerConfig, seed: int) -> None:
         self.cfg = cfg
-        self.pool_config = PoolConfig(num_blocks=cfg.num_blocks, block_size=cfg.block_size,
-                                      num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim)
         device = None if cfg.compute else torch.device("cpu")
         # Big replays (explain off) keep no per-block events.
-        self.manager = KVCacheManager(self.pool_config, device, cfg.enable_prefix_cache,
+        self.manager = KVCacheManager(cfg.pool, device, cfg.enable_prefix_cache,
                                       store_kv=cfg.compute, record_events=cfg.explain)
+        self.events = self.manager.events
         self.blocks = self.manager.blocks
         self.swap = SwapSpace(self.manager, cfg.num_cpu_blocks or cfg.num_blocks)
-        self.kv = SyntheticKV(self.pool_config, seed, cfg.num_heads) if cfg.compute else None
+        self.kv = SyntheticKV(cfg.pool, seed, cfg.num_heads) if cfg.compute else None
+        self.computes = cfg.compute or cfg.enable_prefix_cache
 
     # -- admission ---------------------------------------------------------------------------
     def never_fits(self, req: Request) -> str | None:
@@ -63,15 +120,14 @@ class PagedBackend:
         return None
 
     def admit_shortfall(self, req: Request) -> str | None:
-        """Why it cannot be admitted now (None: it can): its blocks must fit above the watermark."""
+        """Its blocks must fit above the watermark."""
         return _shortfall(self.manager.blocks_needed(req.tokens), self.blocks.num_free,
                           self.cfg.watermark_blocks)
 
     def admit(self, req: Request) -> int:
-        """Allocate blocks for every token it holds; return its slot capacity."""
         seq = self.manager.add_sequence(req.tokens)
-        req.seq_id = seq.seq_id
-        req.num_computed = seq.num_cached_tokens
+        req.seq_id, req.block_table = seq.seq_id, tuple(seq.block_table)
+        req.num_computed = req.num_cached = seq.num_cached_tokens
         return seq.num_blocks * self.cfg.block_size
 
     # -- growth ------------------------------------------------------------------------------
@@ -83,8 +139,6 @@ class PagedBackend:
             self.manager.extend(req.seq_id, req.planned[len(seq):upto])
 
     def grow(self, req: Request, computed: int) -> int | None:
-        """A block for the token at position `computed` (its blocks are full); the new slot
-        capacity, or None when no block is free."""
         if self.blocks.num_free == 0:
             return None
         self.sync(req, computed)
@@ -92,12 +146,10 @@ class PagedBackend:
         return self.manager.sequences[req.seq_id].num_blocks * self.cfg.block_size
 
     def compute(self, batch: Batch) -> AttentionCheck | None:
-        """After scheduling: the batch's new K/V (and, in compute mode, the kernel vs dense)."""
-        if self.kv is None:
-            if self.cfg.enable_prefix_cache:  # register newly full blocks in the prefix cache
-                for req, start, n in batch:
-                    self.sync(req, start + n)
-                    self.manager.commit(req.seq_id, start + n)
+        if self.kv is None:  # allocator only: register newly full blocks in the prefix cache
+            for req, start, n in batch:
+                self.sync(req, start + n)
+                self.manager.commit(req.seq_id, start + n)
             return None
         queries = []
         for req, start, n in batch:
@@ -106,12 +158,12 @@ class PagedBackend:
             k, v = self.kv.keys_values(new, start)  # [1, n, kv_heads, head_dim]
             self.manager.write(req.seq_id, start, k, v)
             queries.append(self.kv.queries(new))  # [n, num_heads, head_dim]
+        # A prefill chunk attends over the positions computed so far, not the whole prompt.
         return check_kernel(self.manager, [r.seq_id for r, _, _ in batch], torch.cat(queries),
                             [n for _, _, n in batch], [start + n for _, start, n in batch])
 
     # -- leaving -----------------------------------------------------------------------------
     def release(self, req: Request) -> None:
-        """Free the request's blocks (finished, or preempted by recompute)."""
         self.manager.free(req.seq_id)
         req.seq_id = None
 
@@ -119,12 +171,11 @@ class PagedBackend:
         return self.swap.can_swap_out(req.seq_id)
 
     def swap_out(self, req: Request) -> int:
-        """Copy to the CPU pool, free the device blocks; return the bytes moved."""
         seq = self.manager.sequences[req.seq_id]
         self.sync(req, req.num_computed)
         if seq.num_written < req.num_computed:  # allocator-only: K/V "written" up to here
             self.manager.commit(req.seq_id, req.num_computed)
-        moved = seq.num_blocks * self.pool_config.bytes_per_block
+        moved = seq.num_blocks * self.cfg.pool.bytes_per_block
         req.swapped = self.swap.swap_out(req.seq_id)
         req.seq_id = None
         return moved
@@ -134,39 +185,45 @@ class PagedBackend:
         return _shortfall(need, self.blocks.num_free, self.cfg.watermark_blocks)
 
     def swap_in(self, req: Request) -> tuple[int, int]:
-        """Bring it back; (bytes moved, slot capacity)."""
         swapped = req.swapped
         req.seq_id = self.swap.swap_in(swapped)
         req.swapped = None
         seq = self.manager.sequences[req.seq_id]
-        return (swapped.num_blocks * self.pool_config.bytes_per_block,
+        return (swapped.num_blocks * self.cfg.pool.bytes_per_block,
                 seq.num_blocks * self.cfg.block_size)
 
     # -- state -------------------------------------------------------------------------------
     def usage(self, length: np.ndarray, cap: np.ndarray,
-              next_need: int | None) -> tuple[float, int]:
+              next_in_line: Request | None) -> tuple[float, int]:
         """(fraction of blocks in use, allocated slots holding no token)."""
         used = self.blocks.num_used
         held = int(np.minimum(length, cap).sum())
         return used / self.cfg.num_blocks, max(0, used * self.cfg.block_size - held)
 
-    def snapshot(self, running: list[Request]) -> Snapshot:
+    def picture(self, running: list[Request], next_in_line: Request | None) -> Snapshot:
         for req in running:
             self.sync(req, min(req.length, self.manager.sequences[req.seq_id].num_blocks
                                * self.cfg.block_size))
         return self.manager.snapshot()
 
-    def check_invariants(self) -> None:
+    def prefix_tokens(self) -> tuple[int, int]:
+        return self.manager.prefix_query_tokens, self.manager.prefix_hit_tokens
+
+    def check_invariants(self, running: list[Request]) -> None:
         self.manager.check_invariants()
         self.swap.blocks.check_invariants()
+        live = {r.seq_id for r in running}
+        assert live == set(self.manager.sequences), "sequences without a request"
 
 
 class ContiguousBackend:
-    kind = "contiguous"
+    name: AllocatorKind = "contiguous"
+    computes = False  # the baseline is accounting only: no tensors, no prefix cache
 
     def __init__(self, cfg: SchedulerConfig, seed: int) -> None:
         self.cfg = cfg
         self.allocator = ContiguousAllocator(cfg.capacity_slots)
+        self.events = self.allocator.events
 
     @staticmethod
     def reservation(req: Request) -> int:
@@ -189,35 +246,59 @@ class ContiguousBackend:
 
     def admit(self, req: Request) -> int:
         region = self.allocator.reserve(req.req_id, self.reservation(req), req.length)
-        req.num_computed = 0
+        req.num_computed = req.num_cached = 0
         return region.reserved
 
     def grow(self, req: Request, computed: int) -> int | None:
-        raise AssertionError("a contiguous reservation already holds every token")
+        raise NotSupported(f"request {req.req_id}: a contiguous reservation holds every token "
+                           "it may emit, so it never grows")
 
     def compute(self, batch: Batch) -> AttentionCheck | None:
-        return None  # the baseline is accounting only
+        return None
 
     def release(self, req: Request) -> None:
         self.allocator.release(req.req_id)
 
+    def can_swap_out(self, req: Request) -> bool:
+        return False  # a contiguous server never preempts: its decodes never need memory
+
+    def swap_out(self, req: Request) -> int:
+        raise NotSupported("the contiguous baseline has no swap space")
+
+    def swap_in_shortfall(self, req: Request) -> str | None:
+        raise NotSupported("the contiguous baseline has no swap space")
+
+    def swap_in(self, req: Request) -> tuple[int, int]:
+        raise NotSupported("the contiguous baseline has no swap space")
+
+    def _next_need(self, next_in_line: Request | None) -> int:
+        return self.reservation(next_in_line) if next_in_line is not None else 0
+
     def usage(self, length: np.ndarray, cap: np.ndarray,
-              next_need: int | None) -> tuple[float, int]:
-        """(fraction of slots reserved, reserved-but-empty slots + holes too small for the head
-        of the queue)."""
+              next_in_line: Request | None) -> tuple[float, int]:
+        """(fraction of slots reserved, reserved-but-empty slots + holes too small for the
+        request next in line)."""
         reserved = int(cap.sum())
-        external = self.allocator.usage(next_need).external if next_need else 0
+        need = self._next_need(next_in_line)
+        external = self.allocator.usage(need).external if need else 0
         return reserved / self.cfg.capacity_slots, reserved - int(length.sum()) + external
 
-    def check_invariants(self) -> None:
+    def picture(self, running: list[Request],
+                next_in_line: Request | None) -> ContiguousPicture:
+        return self.allocator.picture({r.req_id: r.length for r in running},
+                                      self._next_need(next_in_line))
+
+    def prefix_tokens(self) -> tuple[int, int]:
+        return 0, 0  # no prefix cache: every prompt is computed
+
+    def check_invariants(self, running: list[Request]) -> None:
         regions = sorted(self.allocator.regions.values(), key=lambda r: r.start)
         for a, b in zip(regions, regions[1:]):
             assert a.start + a.reserved <= b.start, "overlapping regions"
         assert all(r.start + r.reserved <= self.cfg.capacity_slots for r in regions)
+        held = {r.req_id for r in running}
+        assert held == set(self.allocator.regions), "regions without a request"
 
 
-Backend = PagedBackend | ContiguousBackend
-
-
-def make_backend(cfg: SchedulerConfig, seed: int) -> Backend:
+def make_backend(cfg: SchedulerConfig, seed: int) -> KVBackend:
     return PagedBackend(cfg, seed) if cfg.allocator == "paged" else ContiguousBackend(cfg, seed)

@@ -60,6 +60,7 @@ class Summary:
     swapped_bytes: int  # out + in
     compute_bound_share: float  # fraction of time in compute-bound iterations
     max_error: float | None  # compute mode: worst kernel-vs-dense error over the run
+    kernel_ok: bool | None  # compute mode: every iteration's check within tolerance
 
 
 def series(sched: Scheduler) -> dict[str, np.ndarray]:
@@ -92,10 +93,10 @@ def summarize(sched: Scheduler) -> Summary:
     start = min((q.spec.arrival_s for q in reqs), default=0.0)
     makespan = max(sched.clock - start, 0.0)
     out_tokens = sum(q.num_output for q in reqs)
-    errors = [x.max_error for x in sched.records if x.max_error is not None]
+    checks = [x.check for x in sched.records if x.check is not None]
     itl = np.concatenate(sched.itl) if sched.itl else np.zeros(0)
     return Summary(
-        allocator=sched.backend.kind, iterations=sched.iteration, makespan_s=makespan,
+        allocator=sched.backend.name, iterations=sched.iteration, makespan_s=makespan,
         finished=len(done), rejected=sched.num_rejected, output_tokens=out_tokens,
         throughput_tok_s=out_tokens / makespan if makespan > 0 else 0.0,
         ttft=Percentiles.of([q.first_token_s - q.spec.arrival_s for q in done]),
@@ -110,4 +111,5 @@ def summarize(sched: Scheduler) -> Summary:
         swapped_bytes=sched.swapped_out_bytes + sched.swapped_in_bytes,
         compute_bound_share=(float(weights[cols["compute_bound"]].sum()) / total_time
                              if total_time > 0 else 0.0),
-        max_error=max(errors) if errors else None)
+        max_error=max(c.max_abs_error for c in checks) if checks else None,
+        kernel_ok=all(c.ok for c in checks) if checks else None)

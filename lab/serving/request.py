@@ -1,65 +1,15 @@
-"""The scheduler's plain data: its configuration, a request's life, and one iteration's record."""
+"""A request's life in the scheduler, and the record of one iteration."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
 
+from kernels.reference import AttentionCheck
 from lab.serving.workloads import RequestSpec
-
-PreemptionMode = Literal["recompute", "swap"]
-VictimPolicy = Literal["newest", "priority"]
-AllocatorKind = Literal["paged", "contiguous"]
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    num_blocks: int = 64
-    block_size: int = 16
-    max_num_batched_tokens: int = 512  # the token budget of one iteration
-    max_num_seqs: int = 16  # sequences in one iteration at most
-    watermark: float = 0.01  # fraction of the pool kept free at admission (vLLM v0: 1 %)
-    enable_chunked_prefill: bool = True
-    preemption_mode: PreemptionMode = "recompute"
-    victim_policy: VictimPolicy = "newest"
-    allocator: AllocatorKind = "paged"
-    compute: bool = False  # real K/V tensors and the paged-attention kernel every iteration
-    enable_prefix_cache: bool = False
-    num_cpu_blocks: int = 0  # swap space; 0 = as many as the device pool
-    num_kv_heads: int = 2  # pool geometry for compute mode (one layer)
-    num_heads: int = 4
-    head_dim: int = 32
-    explain: bool = True  # keep the one-line decisions of every iteration
-
-    def __post_init__(self) -> None:
-        for name in ("num_blocks", "block_size", "max_num_batched_tokens", "max_num_seqs",
-                     "num_kv_heads", "num_heads", "head_dim"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not 0 <= self.watermark < 1:
-            raise ValueError(f"watermark must be a fraction in [0, 1), got {self.watermark}")
-        if self.preemption_mode not in ("recompute", "swap"):
-            raise ValueError(f"preemption_mode must be recompute or swap, "
-                             f"got {self.preemption_mode!r}")
-        if self.victim_policy not in ("newest", "priority"):
-            raise ValueError(f"victim_policy must be newest or priority, "
-                             f"got {self.victim_policy!r}")
-        if self.allocator not in ("paged", "contiguous"):
-            raise ValueError(f"allocator must be paged or contiguous, got {self.allocator!r}")
-
-    @property
-    def watermark_blocks(self) -> int:
-        return int(self.watermark * self.num_blocks)
-
-    @property
-    def capacity_slots(self) -> int:
-        return self.num_blocks * self.block_size
 
 
 class RequestState(StrEnum):
-    PENDING = "pending"  # not arrived yet
     WAITING = "waiting"
     RUNNING = "running"
     SWAPPED = "swapped"
@@ -75,8 +25,10 @@ class Request:
     order: int = -1  # admission order (newest = largest)
     state: RequestState = RequestState.WAITING
     num_computed: int = 0  # leading tokens whose K/V is in the pool
+    num_cached: int = 0  # prompt tokens found in the prefix cache at its last admission
     num_output: int = 0
     seq_id: int | None = None  # paged: the cache manager's sequence
+    block_table: tuple[int, ...] = ()  # paged: the blocks its last admission gave it
     swapped: object | None = None  # paged: the SwappedSequence while swapped out
     first_token_s: float | None = None
     last_token_s: float = 0.0
@@ -120,7 +72,10 @@ class IterationRecord:
     waste_slots: int  # allocated (reserved) but holding no token
     preemptions: int  # in this iteration
     finished: int  # requests done so far
-    max_error: float | None = None  # compute mode: kernel vs dense attention
+    admitted_ids: tuple[int, ...] = ()  # requests admitted (or swapped in) this iteration
+    finished_ids: tuple[int, ...] = ()
+    preempted_ids: tuple[int, ...] = ()
+    check: AttentionCheck | None = None  # compute mode: the kernel vs dense on this batch
     decisions: tuple[str, ...] = ()
 
     @property

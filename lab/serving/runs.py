@@ -1,6 +1,6 @@
-"""Whole scheduler runs for the pages: step-through frames, replays on both allocators, the batch
-chain, and sweeps over block size and pool size. No Streamlit here; `progress(fraction)` callbacks
-let a page draw a progress bar.
+"""Whole scheduler runs: replays on both allocators, the guide's batch chain, and sweeps over
+block size and pool size. No Streamlit here; `progress(fraction)` callbacks let a page draw a
+progress bar.
 """
 
 from __future__ import annotations
@@ -8,34 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from lab.memory.contiguous import ContiguousUsage
-from lab.memory.snapshot import Snapshot
-from lab.serving.cost_model import CostModel
+from lab.serving.config import SchedulerConfig
+from lab.serving.cost_model import Cost
 from lab.serving.metrics import Summary, summarize
-from lab.serving.request import IterationRecord, Request, SchedulerConfig
 from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import RequestSpec
 
 Progress = Callable[[float], None] | None
-MAX_FRAMES = 2000  # step-through runs stop here
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-
-
-@dataclass(frozen=True)
-class Frame:
-    """The state after one iteration, for the step-through view."""
-
-    record: IterationRecord
-    clock_s: float
-    snapshot: Snapshot | ContiguousUsage
-    regions: tuple[tuple[int, int, int, int], ...]  # contiguous: (request, start, reserved, held)
-    names: dict[int, str]  # paged: sequence id -> "R<request>"
-    waiting: tuple[str, ...]
-    running: tuple[str, ...]
-    swapped: tuple[str, ...]
-    finished: int
-    rejected: tuple[str, ...]
-    preemptions: int
 
 
 def run(sched: Scheduler, max_iterations: int | None = None, progress: Progress = None) -> None:
@@ -47,55 +27,7 @@ def run(sched: Scheduler, max_iterations: int | None = None, progress: Progress 
             progress((sched.num_finished + sched.num_rejected) / max(1, total))
 
 
-def snapshot(sched: Scheduler) -> Snapshot | ContiguousUsage:
-    """The paged pool now (every block), or the contiguous allocator's usage."""
-    if sched.backend.kind == "paged":
-        return sched.backend.snapshot(sched.running())
-    return sched.backend.allocator.usage(sched.next_reservation())
-
-
-def check_invariants(sched: Scheduler) -> None:
-    """The pool's invariants, and every running request's memory covering its tokens."""
-    sched.backend.check_invariants()
-    t = sched.table
-    assert len(t) <= sched.cfg.max_num_seqs
-    assert ((t.length - t.computed) >= 1).all(), "a running request with nothing to compute"
-    assert (t.computed <= t.cap).all()
-    if sched.backend.kind == "paged":
-        live = {r.seq_id for r in t.reqs}
-        assert live == set(sched.backend.manager.sequences), "sequences without a request"
-
-
-def _progress_text(req: Request) -> str:
-    if req.num_output == 0 or req.num_computed < req.length - 1:
-        return f"R{req.req_id} prefill {req.num_computed}/{req.length}"
-    return f"R{req.req_id} decode {req.num_output}/{req.spec.output_len}"
-
-
-def frames(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: CostModel,
-           seed: int) -> tuple[list[Frame], Scheduler]:
-    """Run to the end (at most MAX_FRAMES iterations), keeping every iteration's picture."""
-    sched = Scheduler(requests, cfg, cost, seed)
-    out: list[Frame] = []
-    while len(out) < MAX_FRAMES and (record := sched.step()) is not None:
-        running = sched.running()
-        snap = snapshot(sched)
-        regions = ()
-        if sched.backend.kind == "contiguous":
-            held = {r.req_id: r.length for r in running}
-            regions = tuple((r.req_id, r.start, r.reserved, held[r.req_id])
-                            for r in sched.backend.allocator.regions.values())
-        out.append(Frame(
-            record, sched.clock, snap, regions, {r.seq_id: f"R{r.req_id}" for r in running},
-            tuple(f"R{r.req_id}" for r in sched.waiting),
-            tuple(_progress_text(r) for r in running),
-            tuple(f"R{r.req_id}" for r in sched.swapped), sched.num_finished,
-            tuple(f"R{r.req_id}: {r.reject_reason}" for r in sched.requests.values()
-                  if r.reject_reason), sum(sched.preemptions.values())))
-    return out, sched
-
-
-def replay(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: CostModel, seed: int,
+def replay(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost, seed: int,
            progress: Progress = None) -> Scheduler:
     """A full allocator-only run (no tensors, no decision text)."""
     sched = Scheduler(requests, replace(cfg, compute=False, explain=False), cost, seed)
@@ -117,7 +49,7 @@ class ChainRow:
     summary: Summary
 
 
-def chain(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: CostModel, seed: int,
+def batch_chain(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost, seed: int,
           itl_target_s: float, seat_options: tuple[int, ...] = (16, 32, 64, 128, 256),
           progress: Progress = None) -> list[ChainRow]:
     """Both allocators at cfg, then each allocator's best throughput over `seat_options` among
@@ -157,7 +89,7 @@ class SweepPoint:
     ttft_p90: float
 
 
-def _sweep(requests, configs: list[SchedulerConfig], xs: list[int], cost: CostModel, seed: int,
+def _sweep(requests, configs: list[SchedulerConfig], xs: list[int], cost: Cost, seed: int,
            progress: Progress) -> list[SweepPoint]:
     points = []
     for i, (x, c) in enumerate(zip(xs, configs)):
@@ -170,17 +102,17 @@ def _sweep(requests, configs: list[SchedulerConfig], xs: list[int], cost: CostMo
     return points
 
 
-def block_size_sweep(requests, cfg: SchedulerConfig, cost: CostModel, seed: int,
+def block_size_sweep(requests, cfg: SchedulerConfig, cost: Cost, seed: int,
                      sizes: tuple[int, ...] = BLOCK_SIZES,
                      progress: Progress = None) -> list[SweepPoint]:
     """Paged pool of the same bytes (cfg's slots) cut into blocks of each size."""
     slots = cfg.capacity_slots
-    configs = [replace(cfg, allocator="paged", block_size=b, num_blocks=max(1, slots // b))
-               for b in sizes]
+    configs = [replace(cfg.with_pool(block_size=b, num_blocks=max(1, slots // b)),
+                       allocator="paged") for b in sizes]
     return _sweep(requests, configs, list(sizes), cost, seed, progress)
 
 
-def pool_size_sweep(requests, cfg: SchedulerConfig, cost: CostModel, seed: int,
+def pool_size_sweep(requests, cfg: SchedulerConfig, cost: Cost, seed: int,
                     fractions: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0),
                     progress: Progress = None) -> list[SweepPoint]:
     """Both allocators on pools of `fractions` x cfg's blocks."""
@@ -188,6 +120,6 @@ def pool_size_sweep(requests, cfg: SchedulerConfig, cost: CostModel, seed: int,
     for allocator in ("contiguous", "paged"):
         for f in fractions:
             blocks = max(1, round(cfg.num_blocks * f))
-            configs.append(replace(cfg, allocator=allocator, num_blocks=blocks))
+            configs.append(replace(cfg.with_pool(num_blocks=blocks), allocator=allocator))
             xs.append(blocks)
     return _sweep(requests, configs, xs, cost, seed, progress)

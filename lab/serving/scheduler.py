@@ -26,9 +26,10 @@ from collections import deque
 
 import numpy as np
 
-from lab.serving.cost_model import CostModel
+from lab.serving.config import SchedulerConfig
+from lab.serving.cost_model import Cost, attention_pairs
 from lab.serving.kv_backends import make_backend
-from lab.serving.request import IterationRecord, Request, RequestState, SchedulerConfig
+from lab.serving.request import IterationRecord, Request, RequestState
 from lab.serving.running_table import RunningTable
 from lab.serving.synthetic_kv import VOCAB
 from lab.serving.workloads import RequestSpec
@@ -42,7 +43,7 @@ class SchedulerStuck(RuntimeError):
 
 class Scheduler:
     def __init__(self, requests: tuple[RequestSpec, ...], config: SchedulerConfig,
-                 cost: CostModel, seed: int = 0) -> None:
+                 cost: Cost, seed: int = 0) -> None:
         self.cfg, self.cost = config, cost
         self.backend = make_backend(config, seed)
         self.pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.req_id)))
@@ -58,10 +59,23 @@ class Scheduler:
         self.recomputed_tokens = self.swapped_out_bytes = self.swapped_in_bytes = 0
         self.itl: list[np.ndarray] = []  # inter-token latencies, one array per iteration
         self._order, self._lines, self._last_wait = 0, [], ""
+        self._admitted: list[int] = []
+        self._preempted: list[int] = []
 
     @property
     def done(self) -> bool:
         return not (self.pending or self.waiting or self.table or self.swapped)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to run until the next arrival."""
+        return not (self.waiting or self.table or self.swapped)
+
+    def next_start(self) -> float | None:
+        """When the next iteration starts: now, or at the next arrival when idle (None: done)."""
+        if self.done:
+            return None
+        return max(self.clock, self.pending[0].arrival_s) if self.idle else self.clock
 
     def _say(self, line: str) -> None:
         if self.cfg.explain:
@@ -75,11 +89,11 @@ class Scheduler:
 
     # -- arrivals ----------------------------------------------------------------------------
     def _arrive(self) -> None:
-        if not (self.waiting or self.table or self.swapped) and self.pending:
+        if self.idle and self.pending:
             self.clock = max(self.clock, self.pending[0].arrival_s)  # idle until the next one
         while self.pending and self.pending[0].arrival_s <= self.clock:
             spec = self.pending.popleft()
-            planned = self.rng.integers(0, VOCAB, spec.prompt_len + spec.output_len).tolist()
+            planned = list(spec.tokens) or self.rng.integers(0, VOCAB, spec.total_len).tolist()
             req = Request(spec, planned, spec.prompt_len)
             self.requests[spec.req_id] = req
             reason = self.backend.never_fits(req)
@@ -108,12 +122,11 @@ class Scheduler:
     def step(self) -> IterationRecord | None:
         """Run one iteration; None when every request is finished or rejected."""
         self._arrive()
-        while not (self.waiting or self.table or self.swapped) and self.pending:
+        while self.idle and self.pending:
             self._arrive()  # everything so far was rejected: move on to the next arrival
         if self.done:
             return None
-        if self.backend.kind == "paged":  # stamp the pool's events with this iteration
-            self.backend.manager.events.step = self.iteration
+        self.backend.events.step = self.iteration  # stamp the memory's events
         t = self.table
         budget = self.cfg.max_num_batched_tokens
         order = t.process_order(self.cfg.victim_policy == "priority")
@@ -167,8 +180,9 @@ class Scheduler:
     def _preempt(self, row: int, why: str) -> None:
         victim = self.table.store(row)
         victim.num_preemptions += 1
+        self._preempted.append(victim.req_id)
         mode = self.cfg.preemption_mode
-        if mode == "swap" and self.backend.kind == "paged" and self.backend.can_swap_out(victim):
+        if mode == "swap" and self.backend.can_swap_out(victim):
             moved = self.backend.swap_out(victim)
             self.swapped_out_bytes += moved
             victim.state = S.SWAPPED
@@ -219,6 +233,7 @@ class Scheduler:
                 break
             req.state, req.order = S.RUNNING, self._order
             self._order += 1
+            self._admitted.append(req.req_id)
             row = t.add(req, cap)
             n = min(req.length - req.num_computed, budget)
             if req.num_computed + n > cap:  # a swapped-in decode: its next token needs a block
@@ -233,11 +248,11 @@ class Scheduler:
         end = t.computed + alloc
         decode = int(((alloc == 1) & (t.length == end) & (t.outputs > 0)).sum())
         new_tokens = int(alloc.sum())
-        pairs = int((alloc * end - alloc * (alloc - 1) // 2).sum())  # cost_model.attention_pairs
+        pairs = int(attention_pairs(alloc, end).sum())
         cost = self.cost.iteration(new_tokens, int(end[scheduled].sum()), pairs)
         rows = np.flatnonzero(scheduled)
         check = None
-        if self.backend.kind == "paged" and (self.cfg.compute or self.cfg.enable_prefix_cache):
+        if self.backend.computes:
             check = self.backend.compute([(t.reqs[r], int(t.computed[r]), int(alloc[r]))
                                           for r in rows])
         start_s = self.clock
@@ -254,18 +269,19 @@ class Scheduler:
         t.last_token_s[caught] = now
         done = caught & (t.outputs >= t.target)
         t.length[caught & ~done] += 1
+        finished = [t.reqs[r].req_id for r in np.flatnonzero(done)]
         for r in np.flatnonzero(done):
             self._finish(int(r))
         alive &= ~done
         if not alive.all():
             t.keep(alive)
-        usage, waste = self.backend.usage(t.length, t.cap, self.next_reservation())
+        usage, waste = self.backend.usage(t.length, t.cap, self.next_in_line())
         record = IterationRecord(
             self.iteration, start_s, cost.seconds, cost.bound, len(rows), len(t),
             len(self.waiting), len(self.swapped), new_tokens - decode, decode, usage, waste,
-            preempted, self.num_finished, None if check is None else check.max_abs_error,
-            tuple(self._lines))
-        self._lines = []
+            preempted, self.num_finished, tuple(self._admitted), tuple(finished),
+            tuple(self._preempted), check, tuple(self._lines))
+        self._lines, self._admitted, self._preempted = [], [], []
         self.records.append(record)
         self.iteration += 1
         return record
@@ -284,14 +300,25 @@ class Scheduler:
         chunk = f"; prefill chunk of {budget} (token budget)" if rest > budget else ""
         self._say(f"request {req.req_id} admitted: {req.length} tokens{hit}{chunk}")
 
-    def next_reservation(self) -> int | None:
-        """Contiguous only: slots the head of the queue would reserve (for its external waste)."""
-        if self.backend.kind != "contiguous" or not self.waiting:
-            return None
-        return self.backend.reservation(self.waiting[0])
+    def next_in_line(self) -> Request | None:
+        """The request to be admitted next (a contiguous server measures its holes by it)."""
+        return self.waiting[0] if self.waiting else None
 
     # -- views for pages and tests -----------------------------------------------------------
     def running(self) -> list[Request]:
         """The running requests, their progress copied out of the table."""
         self.table.store_all()
         return list(self.table.reqs)
+
+    def picture(self):
+        """The memory now, every block or region (`KVBackend.picture`)."""
+        return self.backend.picture(self.running(), self.next_in_line())
+
+    def check_invariants(self) -> None:
+        """The memory's invariants, and every running request's memory covering its tokens."""
+        running = self.running()
+        self.backend.check_invariants(running)
+        t = self.table
+        assert len(t) <= self.cfg.max_num_seqs
+        assert ((t.length - t.computed) >= 1).all(), "a running request with nothing to compute"
+        assert (t.computed <= t.cap).all()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from lab.memory.cache_manager import KVCacheManager
 from lab.memory.kv_pool import PoolConfig
 
 VOCAB = 1024  # distinct token rows in the tables
@@ -41,3 +42,16 @@ class SyntheticKV:
         """Queries for the given tokens: [n, num_heads, head_dim]."""
         ids = torch.tensor(tokens, dtype=torch.int64) % VOCAB
         return self.token_q[ids].to(self.dtype)
+
+    def write_appended(self, manager: KVCacheManager,
+                       appended: list[tuple[int, int, int]]) -> None:
+        """Store the K/V of tokens just appended, (seq_id, position, token) each, in one pool
+        write, then mark them written."""
+        if appended:
+            parts = [self.keys_values([tok], pos) for _, pos, tok in appended]
+            keys = torch.cat([k for k, _ in parts], dim=1)  # [L, num_appended, kv_heads, D]
+            values = torch.cat([v for _, v in parts], dim=1)
+            slots = [manager.sequences[s].slot(pos) for s, pos, _ in appended]
+            manager.pool.write(slots, keys, values)
+        for seq_id, pos, _ in appended:
+            manager.commit(seq_id, pos + 1)

@@ -1,7 +1,8 @@
 """Seeded request workloads for the scheduler: length distributions, arrivals, presets, CSV upload.
 
 A workload is a tuple of `RequestSpec`s: prompt length, output length, arrival time, priority,
-and `max_tokens`, the output ceiling a client asks for (what a contiguous allocator must reserve).
+`max_tokens`, the output ceiling a client asks for (what a contiguous allocator must reserve),
+and optionally the token ids themselves (a scenario whose requests share a system prompt).
 The two presets are *synthetic*: lognormal lengths whose means match the published means of the
 ShareGPT (prompt ~161, output ~338 tokens) and Alpaca (~19 / ~58) datasets; no dataset is used.
 """
@@ -36,6 +37,16 @@ class RequestSpec:
     arrival_s: float = 0.0
     priority: int = 0  # lower value = more important (vLLM's convention)
     max_tokens: int = 0  # output ceiling the client asked for; 0 = output_len
+    tokens: tuple[int, ...] = ()  # prompt then output token ids; () = the scheduler draws them
+
+    def __post_init__(self) -> None:
+        if self.tokens and len(self.tokens) != self.prompt_len + self.output_len:
+            raise WorkloadError(f"request {self.req_id}: {len(self.tokens)} token ids for a "
+                                f"{self.prompt_len}-token prompt and {self.output_len} outputs")
+
+    @property
+    def total_len(self) -> int:
+        return self.prompt_len + self.output_len
 
 
 @dataclass(frozen=True)
@@ -183,7 +194,7 @@ def _parse_row(row: list[str]) -> tuple[int, int, float]:
     return lengths[0], lengths[1], arrival
 
 
-def describe(requests: tuple[RequestSpec, ...]) -> dict[str, float]:
+def workload_stats(requests: tuple[RequestSpec, ...]) -> dict[str, float]:
     """Mean and max lengths, request count and arrival span, for captions."""
     prompts = np.array([r.prompt_len for r in requests])
     outputs = np.array([r.output_len for r in requests])

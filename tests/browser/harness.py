@@ -63,12 +63,13 @@ def _healthy(url: str) -> bool:
 
 @contextmanager
 def serve_app(log_path: Path) -> Iterator[str]:
-    """Run `streamlit run app.py` on a free localhost port; yield its URL; stop it after."""
+    """Run the app as `make run` does (`python -m ui.serve`) on a free localhost port; yield
+    its URL; stop it after."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
         server = subprocess.Popen(
-            [venv_python(), "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+            [venv_python(), "-m", "ui.serve", "--server.port", str(port),
              "--server.address", "127.0.0.1", "--server.headless", "true",
              "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

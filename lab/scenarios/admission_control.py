@@ -1,0 +1,108 @@
+"""Admission control: a continuous-batching scheduler on the block pool, iteration by iteration.
+
+The story is one workload on the lab's scheduler (lab/serving/scheduler.py) with the page's
+settings; a frame is the state after one iteration: the record (batch, budget, decisions), the
+memory picture (every block of the paged pool, or the contiguous regions) and the queues. Played
+on the real pool (compute mode), every iteration writes real K/V and runs the Triton kernel over
+its batch, checked against dense attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kernels.reference import AttentionCheck
+from lab.memory.contiguous import ContiguousPicture
+from lab.memory.snapshot import Snapshot
+from lab.scenarios.story import MAX_STEPS, Story
+from lab.serving.config import SchedulerConfig
+from lab.serving.cost_model import Cost
+from lab.serving.request import IterationRecord, Request
+from lab.serving.scheduler import Scheduler
+from lab.serving.workloads import RequestSpec
+
+
+@dataclass(frozen=True)
+class IterationFrame:
+    """The state after one iteration, for the step-through view."""
+
+    record: IterationRecord
+    clock_s: float
+    picture: Snapshot | ContiguousPicture
+    names: dict[int, str]  # paged: sequence id -> "R<request>"
+    waiting: tuple[str, ...]
+    running: tuple[str, ...]
+    swapped: tuple[str, ...]
+    finished: int
+    rejected: tuple[str, ...]
+    preemptions: int
+
+
+def _progress_text(req: Request) -> str:
+    if req.num_output == 0 or req.num_computed < req.length - 1:
+        return f"R{req.req_id} prefill {req.num_computed}/{req.length}"
+    return f"R{req.req_id} decode {req.num_output}/{req.spec.output_len}"
+
+
+class SchedulerPlay:
+    """The scheduler advanced one iteration per step, each iteration's picture kept.
+
+    It runs one iteration ahead: only running the next iteration tells whether there is one
+    (the requests still to arrive may all be rejected)."""
+
+    def __init__(self, requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost,
+                 seed: int) -> None:
+        self.sched = Scheduler(requests, cfg, cost, seed)
+        self.record: IterationRecord | None = None
+        self.step = -1
+        self._next = self._iterate()
+
+    @property
+    def done(self) -> bool:
+        return self._next is None or self.step + 1 >= MAX_STEPS
+
+    def advance(self) -> IterationFrame:
+        if self._next is None:
+            raise ValueError("the workload is served: there is no next iteration")
+        frame, self.step = self._next, self.step + 1
+        self.record = frame.record
+        self._next = self._iterate() if self.step + 1 < MAX_STEPS else None
+        return frame
+
+    def _iterate(self) -> IterationFrame | None:
+        s = self.sched
+        record = s.step()
+        if record is None:
+            return None
+        running = s.running()
+        return IterationFrame(
+            record, s.clock, s.picture(), {r.seq_id: f"R{r.req_id}" for r in running},
+            tuple(f"R{r.req_id}" for r in s.waiting), tuple(_progress_text(r) for r in running),
+            tuple(f"R{r.req_id}" for r in s.swapped), s.num_finished,
+            tuple(f"R{r.req_id}: {r.reject_reason}" for r in s.requests.values()
+                  if r.reject_reason), sum(s.preemptions.values()))
+
+    def check_attention(self) -> AttentionCheck | None:
+        return self.record.check if self.record is not None else None
+
+    def events(self) -> dict[str, list[dict]]:
+        backend = self.sched.backend  # (the iteration run ahead is left out)
+        return {backend.name: [e.to_dict() for e in backend.events.events if e.step <= self.step]}
+
+
+@dataclass(frozen=True)
+class AdmissionControlStory(Story[IterationFrame]):
+    """The first MAX_STEPS iterations of a workload (a page says when it stops there)."""
+
+    page = "scheduler"
+    config: SchedulerConfig
+    requests: tuple[RequestSpec, ...]
+    cost: Cost
+    seed: int
+
+    def play(self, store_kv: bool = False) -> SchedulerPlay:
+        return SchedulerPlay(self.requests, replace(self.config, compute=store_kv), self.cost,
+                             self.seed)
+
+    def caption(self, frame: IterationFrame) -> list[str]:
+        return list(frame.record.decisions)
