@@ -88,7 +88,7 @@ def show_step(step: int) -> None:
                "(internal fragmentation). Red: free holes too small for the next reservation "
                f"({frame.next_reservation} slots; external fragmentation). White: free. "
                "Each request (R0, R1, ...) keeps its colour in both rows.")
-    # A static table: st.dataframe's interactive grid cost ~50 ms more to draw on every step.
+    # A static table: st.dataframe's interactive grid costs more to draw on every step.
     st.table(pd.DataFrame([_row("Contiguous", c), _row("Paged", p)]).set_index("allocator"))
     show_figure(timeline(all_frames, step), key="frag_timeline",
                 file_name="fragmentation_timeline")

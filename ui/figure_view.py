@@ -2,12 +2,11 @@
 
 `st.plotly_chart` gives a chart a new element id whenever its figure changes, so on every step
 the browser throws the old chart away, mounts a new one and draws it twice (once on mount, once
-more when Streamlit re-applies its theme). Measured in Chromium on Block tables' three figures:
-the main thread was busy 332 ms per step with `st.plotly_chart`, 215 ms with this view. Here a
-figure keeps its key's plot, and a new figure is drawn by one `Plotly.react` call. Traces and
-layout travel as separate JSON texts: when a step only moves a figure's layout (the step marker
-of a chart over time), the view hands plotly the traces it already has, and plotly redraws only
-what changed instead of recomputing every trace.
+more when Streamlit re-applies its theme); the browser's main thread is then busy about half as
+long again per step (bench/RESULTS.md). Here a figure keeps its key's plot, and a new figure is
+drawn by one `Plotly.react` call. Traces and layout travel as separate JSON texts: when a step
+only moves a figure's layout (the step marker of a chart over time), the view hands plotly the
+traces it already has, and plotly redraws only what changed instead of recomputing every trace.
 
 plotly.js is the installed plotly package's own copy (the version its figures are written
 for). Streamlit serves the app's `./static` folder (`server.enableStaticServing` in

@@ -3,8 +3,8 @@
 * `shared(fn)`: `fn` cached across sessions (``st.cache_resource``) per argument tuple. For
   immutable results that are pure functions of their arguments (a story's frames, the model's
   weights): every user with the same settings gets the same objects, and must not change them.
-  ``st.cache_data`` would hand each rerun an unpickled copy instead (37 ms per rerun for the
-  Fragmentation page's 144 frames, measured).
+  ``st.cache_data`` would hand each rerun an unpickled copy instead, which costs more than the
+  page's drawing for a long story (bench/RESULTS.md).
 * `per_user(key, params, make)`: one object per browser session (``st.session_state``), rebuilt
   when `params` change. For mutable things a user drives (a live KV pool, a model session) and
   for results only this user asked for.

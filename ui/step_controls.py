@@ -1,11 +1,11 @@
 """The step controls of every animated page: Reset, Back, Step, Play/Pause, speed and a scrubber.
 
-Contract with the page: the page owns a pure function ``replay(params, seed, step) -> state``
-that rebuilds the state at any step from the seed (cache it: ``ui.scenario.cached``). The
-controls only decide *which* step to show, so Back and scrubbing are exact by construction::
+Contract with the page: the page has every step's state from the seed (a story's frames,
+``ui.scenario.frames``). The controls only decide *which* step to show, so Back and scrubbing
+are exact by construction::
 
-    step = step_controls(last_step=state_count - 1)
-    state = replay(params, seed(), step)
+    frames = ui.scenario.frames(story)
+    frame = frames[step_controls(last_step=len(frames) - 1)]
 
 The step is the value of a slider bound to the ``step`` query parameter, so a copied link
 reopens the same step. Play advances one step per tick with a fragment that reruns on a timer
@@ -16,9 +16,9 @@ the timer.
 
 Keyboard: Right = Step, Left = Back, Home = Reset, P = Play/Pause.
 
-`prefetch_next(compute, step, last_step)` (call it at the end of the page) computes the next
-step in a background thread while the learner looks at this one, so that when `compute` is a
-cached replay, the next Step only has to draw.
+`prefetch_next(compute, step, last_step)` computes the next step in a background thread while
+the learner looks at this one (`ui.scenario.live_badge` does it for the kernel check), so the
+next Step only has to draw.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ PREFETCH_DELAY_S = 0.3
 
 def prefetch_next(compute: Callable[[int], object], step: int, last_step: int) -> None:
     """Warm the cache for step + 1 in the background, PREFETCH_DELAY_S from now (`compute` must
-    be cached, e.g. with ui.scenario.cached, and must not touch Streamlit elements)."""
+    keep what it computes, e.g. a LiveRun's check, and must not touch Streamlit elements)."""
     if step < last_step:
         timer = threading.Timer(PREFETCH_DELAY_S, compute, args=(step + 1,))
         timer.name = f"prefetch-step-{step + 1}"

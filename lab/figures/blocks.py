@@ -177,7 +177,7 @@ def pool_grid(snapshot: Snapshot, names: Mapping[int, str] | None = None, *,
         texts.append(_tile_text(block, names, highlight_labels))
         hovers.append(_tile_hover(block, owners, bs))
     # Tiles and fill bars are horizontal bars (one trace each), not layout shapes, which plotly.js
-    # lays out and draws one by one (a 64-block grid redraws in ~43 instead of ~48 ms).
+    # lays out and draws one by one (bench/RESULTS.md, "Why the UI code is shaped so").
     traces = [
         dict(type="bar", orientation="h", y=tiles["y"], base=tiles["base"],
              x=[0.9] * len(tiles["y"]), width=0.9, hoverinfo="skip", name="tiles",

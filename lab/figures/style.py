@@ -33,9 +33,9 @@ def lighten(hex_color: str, amount: float) -> str:
 
 @cache
 def lab_template() -> dict:
-    """plotly_white without automatic margins: fitting them makes plotly.js draw a figure twice
-    (about half of its drawing time on every step). Figures size their margins instead
-    (`label_margin` for axes with word labels)."""
+    """plotly_white with the lab's palette and without automatic margins: fitting them makes
+    plotly.js draw a figure twice. Figures size their margins instead (`label_margin` for axes
+    with word labels)."""
     template = pio.templates["plotly_white"].to_plotly_json()
     for axis in ("xaxis", "yaxis"):
         template["layout"][axis]["automargin"] = False
@@ -49,9 +49,9 @@ def label_margin(labels: Sequence[str], font_size: int = FONT_SIZE) -> int:
 
 
 def base_figure(traces: list[dict], layout: dict, title: str, height: int) -> go.Figure:
-    """Build the figure in one go from plain dicts, without plotly's validation: it costs
-    ~50 ms a figure, on every step. The dicts here use only documented plotly attributes, and
-    the tests render every figure in a real browser."""
+    """Build the figure in one go from plain dicts, without plotly's validation, which would
+    cost more than drawing the figure, on every step. The dicts here use only documented plotly
+    attributes, and the tests render every figure in a real browser."""
     base = dict(title=dict(text=title, x=0, xanchor="left"), height=height,
                 template=lab_template(), font=dict(size=FONT_SIZE), showlegend=False,
                 margin=dict(l=60, r=20, t=56, b=40), hoverlabel=dict(font=dict(size=FONT_SIZE)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
@@ -55,11 +54,6 @@ class EventLog:
     def __len__(self) -> int:
         return len(self.events)
 
-    def to_json(self, **meta) -> str:
-        return json.dumps({"meta": meta, "events": [e.to_dict() for e in self.events]}, indent=1)
-
-    @staticmethod
-    def from_json(text: str) -> list[Event]:
-        data = json.loads(text)
-        return [Event(e["kind"], e["seq_id"], e["block_id"], e["step"], e["detail"])
-                for e in data["events"]]
+    def as_dicts(self) -> list[dict]:
+        """Every event as a plain dict (a trace's JSON)."""
+        return [e.to_dict() for e in self.events]

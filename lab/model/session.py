@@ -80,8 +80,7 @@ class ModelSession:
 
     @property
     def stop_ids(self) -> frozenset[int]:
-        tok = self.loaded.tokenizer
-        return frozenset({tok.eos_id, tok.im_end_id})
+        return self.loaded.tokenizer.stop_ids
 
     def blocks_needed(self, prompt: list[int], params: SamplingParams) -> int:
         """Worst case for the request: the prompt's uncached blocks, plus, per sample, the

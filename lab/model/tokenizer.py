@@ -54,8 +54,10 @@ class ChatTokenizer:
         """One token as readable text (bytes merged back into characters)."""
         return self._bpe.decode([token_id], skip_special_tokens=False)
 
-    def is_stop(self, token_id: int) -> bool:
-        return token_id in (self.eos_id, self.im_end_id)
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """Tokens that end an answer: end of text, or the end of the assistant's turn."""
+        return frozenset({self.eos_id, self.im_end_id})
 
     @staticmethod
     def chat_text(messages: list[ChatMessage]) -> str:

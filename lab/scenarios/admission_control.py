@@ -87,7 +87,7 @@ class SchedulerPlay:
 
     def events(self) -> dict[str, list[dict]]:
         backend = self.sched.backend  # (the iteration run ahead is left out)
-        return {backend.name: [e.to_dict() for e in backend.events.events if e.step <= self.step]}
+        return {backend.name: [e for e in backend.events.as_dicts() if e["step"] <= self.step]}
 
 
 @dataclass(frozen=True)

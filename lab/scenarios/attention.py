@@ -107,7 +107,7 @@ class AttentionPlay:
         return self.base.check
 
     def events(self) -> dict[str, list[dict]]:
-        return {"paged": [e.to_dict() for e in self.manager.events.events]}
+        return {"paged": self.manager.events.as_dicts()}
 
 
 @dataclass(frozen=True)

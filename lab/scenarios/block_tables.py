@@ -21,7 +21,6 @@ from kernels.reference import AttentionCheck
 from lab.memory.block_table import blocks_for
 from lab.memory.cache_manager import KVCacheManager
 from lab.memory.events import Event
-from lab.memory.kernel_check import check_kernel
 from lab.memory.kv_pool import PoolConfig
 from lab.memory.snapshot import Snapshot
 from lab.scenarios.story import Story
@@ -122,12 +121,10 @@ class WalkPlay:
         """The kernel vs dense attention, each sequence's newest token as the query."""
         if self.kv is None or not self.names:
             return None
-        seq_ids = list(self.names)
-        newest = [self.manager.sequences[s].tokens[-1] for s in seq_ids]
-        return check_kernel(self.manager, seq_ids, self.kv.queries(newest))  # [S, H, D]
+        return self.kv.check_newest(self.manager, list(self.names))
 
     def events(self) -> dict[str, list[dict]]:
-        return {"paged": [e.to_dict() for e in self.manager.events.events]}
+        return {"paged": self.manager.events.as_dicts()}
 
 
 @dataclass(frozen=True)

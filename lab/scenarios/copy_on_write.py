@@ -20,7 +20,6 @@ from kernels.reference import AttentionCheck
 from lab.memory.block_table import blocks_for
 from lab.memory.cache_manager import KVCacheManager
 from lab.memory.events import Event
-from lab.memory.kernel_check import check_kernel
 from lab.memory.kv_pool import PoolConfig
 from lab.memory.snapshot import Snapshot
 from lab.scenarios.story import Story
@@ -191,12 +190,10 @@ class BranchPlay:
         """Kernel vs dense attention for every live branch's newest token."""
         if self.kv is None or not self.scores:
             return None
-        live = sorted(self.scores)
-        newest = [self.manager.sequences[s].tokens[-1] for s in live]
-        return check_kernel(self.manager, live, self.kv.queries(newest))  # [num_seqs, H, D]
+        return self.kv.check_newest(self.manager, sorted(self.scores))
 
     def events(self) -> dict[str, list[dict]]:
-        return {"paged": [e.to_dict() for e in self.manager.events.events]}
+        return {"paged": self.manager.events.as_dicts()}
 
 
 def branch_name(seq_id: int) -> str:

@@ -22,12 +22,12 @@ from lab.scenarios.story import Story
 from lab.serving.config import step_server
 from lab.serving.cost_model import StepClock
 from lab.serving.request import IterationRecord
+from lab.serving.runs import BLOCK_SIZES
 from lab.serving.scheduler import Scheduler
 from lab.serving.synthetic_kv import VOCAB
 from lab.serving.workloads import RequestSpec
 
 BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 physical id per logical block
-SWEEP_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 SYSTEMS = ("contiguous", "paged")
 
 
@@ -163,8 +163,7 @@ class FragPlay:
         return record.check if record is not None else None
 
     def events(self) -> dict[str, list[dict]]:
-        return {name: [e.to_dict() for e in s.backend.events.events]
-                for name, s in self.servers.items()}
+        return {name: s.backend.events.as_dicts() for name, s in self.servers.items()}
 
 
 @dataclass(frozen=True)
@@ -212,7 +211,7 @@ class SweepRow:
 
 
 def block_size_sweep(requests: tuple[RequestSpec, ...],
-                     sizes: tuple[int, ...] = SWEEP_BLOCK_SIZES) -> list[SweepRow]:
+                     sizes: tuple[int, ...] = BLOCK_SIZES) -> list[SweepRow]:
     """The block-size tradeoff on this workload: every request at every length it passes
     through (prompt .. prompt + output), averaged."""
     lengths = [n for r in requests for n in range(r.prompt_len, r.total_len + 1)]

@@ -178,7 +178,7 @@ class PrefixPlay:
         return self.record.check if self.record is not None else None
 
     def events(self) -> dict[str, list[dict]]:
-        return {"paged": [e.to_dict() for e in self.server.backend.events.events]}
+        return {"paged": self.server.backend.events.as_dicts()}
 
 
 @dataclass(frozen=True)

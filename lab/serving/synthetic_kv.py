@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from kernels.reference import AttentionCheck
 from lab.memory.cache_manager import KVCacheManager
+from lab.memory.kernel_check import check_kernel
 from lab.memory.kv_pool import PoolConfig
 
 VOCAB = 1024  # distinct token rows in the tables
@@ -55,3 +57,8 @@ class SyntheticKV:
             manager.pool.write(slots, keys, values)
         for seq_id, pos, _ in appended:
             manager.commit(seq_id, pos + 1)
+
+    def check_newest(self, manager: KVCacheManager, seq_ids: list[int]) -> AttentionCheck:
+        """The kernel vs dense attention, each sequence's newest token as the query."""
+        newest = [manager.sequences[s].tokens[-1] for s in seq_ids]
+        return check_kernel(manager, seq_ids, self.queries(newest))  # [num_seqs, heads, D]
