@@ -5,7 +5,8 @@ import streamlit as st
 from lab.figures.blocks import block_table_figure, legend_markdown, pool_grid, token_strip
 from lab.memory.block_table import blocks_for
 from lab.scenarios.block_tables import BlockTablesStory
-from ui.layout import bullets, explain, settings, show_figure
+from ui.chapters import chapter_strip, next_page
+from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
 from ui.predict import predict
 from ui.scenario import export_trace, frames, live_badge
 from ui.sidebar import sidebar
@@ -14,27 +15,30 @@ from ui.step_controls import step_controls
 from ui.walk_settings import check_walk, walk_settings
 
 sidebar()
+chapter_strip()
 st.title("Block tables")
-explain(
-    "PagedAttention cuts each sequence's KV cache into fixed-size **logical blocks** of "
-    "*block size* tokens. A **block table** maps logical block 0, 1, 2, ... to **physical "
-    "blocks** anywhere in the **KV pool**, and a block is taken only when the last one is full. "
-    "Here request **A** is the guide's example (a 30-token prompt, block size 16: two blocks, "
-    "the second with 14 tokens); requests B and C arrive one step later each, so their blocks "
-    "interleave with A's in the pool. Step 1 prefills A's prompt; after that each step decodes "
-    "one token for every request in the pool."
-)
-
-with settings():
-    params = walk_settings(output_len=4, help={
-        "block_size": "Tokens per block (slots per block).",
-        "prompt_len": "Prompt tokens of request A.",
-        "output_len": "Tokens A generates. The server does not know this in advance: it only "
-                      "sees the request stop. Requests B, C, ... get seeded lengths around A's.",
-        "requests": "Requests arrive one step apart.",
-        "num_blocks": "Physical blocks in the KV pool."})
-    st.caption("K/V values are seeded random numbers per (token id, position), not a model's: "
-               "the allocator and the attention kernel do not care where they come from.")
+settings_area, stage = page_parts()
+with settings_area:
+    explain(
+        "PagedAttention cuts each sequence's KV cache into fixed-size **logical blocks** of "
+        "*block size* tokens. A **block table** maps logical block 0, 1, 2, ... to **physical "
+        "blocks** anywhere in the **KV pool**, and a block is taken only when the last one is "
+        "full. Here request **A** is the guide's example (a 30-token prompt, block size 16: two "
+        "blocks, the second with 14 tokens); requests B and C arrive one step later each, so "
+        "their blocks interleave with A's in the pool. Step 1 prefills A's prompt; after that "
+        "each step decodes one token for every request in the pool.")
+    with settings(folded=True):
+        params = walk_settings(output_len=4, help={
+            "block_size": "Tokens per block (slots per block).",
+            "prompt_len": "Prompt tokens of request A.",
+            "output_len": "Tokens A generates. The server does not know this in advance: it "
+                          "only sees the request stop. Requests B, C, ... get seeded lengths "
+                          "around A's.",
+            "requests": "Requests arrive one step apart.",
+            "num_blocks": "Physical blocks in the KV pool."})
+        st.caption("K/V values are seeded random numbers per (token id, position), not a "
+                   "model's: the allocator and the attention kernel do not care where they "
+                   "come from.")
 
 check_walk(params, seed())
 story = BlockTablesStory(params, seed())
@@ -45,41 +49,52 @@ last = len(all_frames) - 1
 
 def show_step(step: int) -> None:
     frame = all_frames[step]
-    bullets(story.caption(frame))
-
+    parts = step_parts()
+    with parts.caption:
+        bullets(story.caption(frame))
     usage = frame.snapshot.usage
     live = len(frame.snapshot.sequences)
-    c1, c2, c3, c4 = st.columns(4)
-    c1.metric("Blocks in use", f"{usage.blocks_used} / {num_blocks}")
-    c2.metric("Filled slots", usage.slots_filled)
-    c3.metric("Unused tail slots", usage.tail_slots,
-              help="Allocated slots with no token yet: only the last block of each sequence "
-                   "can have them, so there are fewer than one block per sequence.")
-    c4.metric("Tail bound", f"< {live * block_size}" if live else "—",
-              help=f"Unused tail slots stay below one block per sequence: {live} sequence(s) × "
-                   f"{block_size} slots.")
-    with st.container():  # one block whether or not there is a badge: later ones stay put
+    with parts.before:
+        c1, c2, c3, c4 = st.columns(4)
+        c1.metric("Blocks in use", f"{usage.blocks_used} / {num_blocks}")
+        c2.metric("Filled slots", usage.slots_filled)
+        c3.metric("Unused tail slots", usage.tail_slots,
+                  help="Allocated slots with no token yet: only the last block of each "
+                       "sequence can have them, so there are fewer than one block per sequence.")
+        c4.metric("Tail bound", f"< {live * block_size}" if live else "—",
+                  help=f"Unused tail slots stay below one block per sequence: {live} "
+                       f"sequence(s) × {block_size} slots.")
         live_badge(story, step, last, idle="The pool is empty: no attention to check yet.")
 
     names = frame.seq_names
-    show_figure(token_strip(frame.snapshot, names), key="strip", file_name="token_strip")
-    # The longest block table the walk will reach decides the layout, so it holds for every step:
-    # tables beside the pool when they stay short, above it when they grow long.
-    widest = max(blocks_for(r.total_len, block_size) for r in frame.requests)
-    table_col, pool_col = st.columns([1, 2]) if widest <= 6 else (st.container(), st.container())
-    with table_col:
-        show_figure(block_table_figure(frame.snapshot, names), key="table", file_name="block_table")
-    with pool_col:
-        show_figure(pool_grid(frame.snapshot, names), key="pool", file_name="kv_pool")
-    st.markdown(legend_markdown(frame.snapshot, names), unsafe_allow_html=True)
-    explain("How to read it: **L0, L1, ...** are logical blocks; the number in each block-table "
-            "cell is the physical block that holds it; on the pool, each tile is a physical block "
-            "and its bar shows how many of its slots hold tokens. Hover any cell for its slot.",
-            title="How to read the figures")
-    export_trace(story, step)
+    taken = [e.block_id for e in frame.events if e.kind == "allocate"]  # what changed
+    with parts.main:
+        show_figure(pool_grid(frame.snapshot, names, highlight=taken,
+                              title="Physical KV pool (red outline: taken at this step)"),
+                    key="pool", file_name="kv_pool", main=True)
+    with parts.after:
+        st.markdown(legend_markdown(frame.snapshot, names), unsafe_allow_html=True)
+        # The longest block table the walk will reach decides the layout, so it holds for
+        # every step: tables beside the strip when they stay short, below it when they grow.
+        widest = max(blocks_for(r.total_len, block_size) for r in frame.requests)
+        strip_col, table_col = st.columns([2, 1]) if widest <= 6 else (st.container(),
+                                                                       st.container())
+        with strip_col:
+            show_figure(token_strip(frame.snapshot, names), key="strip",
+                        file_name="token_strip")
+        with table_col:
+            show_figure(block_table_figure(frame.snapshot, names), key="table",
+                        file_name="block_table")
+        explain("How to read it: **L0, L1, ...** are logical blocks; the number in each "
+                "block-table cell is the physical block that holds it; on the pool, each tile "
+                "is a physical block and its bar shows how many of its slots hold tokens. "
+                "Hover any cell for its slot.", title="How to read the figures")
+        export_trace(story, step)
+        next_page(step == last)
 
 
-show_step(step_controls(last))
+with stage:
+    show_step(step_controls(last))
 first = story.requests[0]
 target = min(first.total_len, first.prompt_len + 3)
 predict("bt_blocks",

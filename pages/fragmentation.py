@@ -11,7 +11,8 @@ from lab.scenarios.fragmentation import (
     MemoryStats,
     block_size_sweep,
 )
-from ui.layout import bullets, explain, settings, show_figure
+from ui.chapters import chapter_strip, next_page
+from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
 from ui.predict import predict
 from ui.scenario import export_trace, frames, live_badge, or_stop
 from ui.sidebar import sidebar
@@ -19,33 +20,37 @@ from ui.state import choice_param, int_param, seed
 from ui.step_controls import step_controls
 
 sidebar()
+chapter_strip()
 st.title("Fragmentation")
-explain(
-    "The server knows a request's prompt length but not how long its answer will be. A "
-    "**contiguous** allocator must reserve prompt + the maximum output in one piece up front: "
-    "what the request never uses is **internal fragmentation**, and free space split into holes "
-    "too small for the next reservation is **external fragmentation**. The **paged** pool below "
-    "has exactly the same bytes but takes a block only when the last one is full, so its only "
-    "waste is the unused tail of each sequence's last block. Both serve the same requests, "
-    "first come, first served."
-)
+settings_area, stage = page_parts()
+with settings_area:
+    explain(
+        "The server knows a request's prompt length but not how long its answer will be. A "
+        "**contiguous** allocator must reserve prompt + the maximum output in one piece up front: "
+        "what the request never uses is **internal fragmentation**, and free space split into "
+        "holes too small for the next reservation is **external fragmentation**. The **paged** "
+        "pool below has exactly the same bytes but takes a block only when the last one is full, "
+        "so its only waste is the unused tail of each sequence's last block. Both serve the same "
+        "requests, first come, first served."
+    )
 
-with settings():
-    left, middle, right = st.columns(3)
-    block_size = choice_param("Block size (tokens per block)", "block_size",
-                              [1, 2, 4, 8, 16, 32, 64], default=16, container=left)
-    pool_slots = int_param("Pool size (token slots, both systems)", "pool_slots", default=768,
-                           min_value=128, max_value=4096, widget="number", container=left)
-    num_requests = int_param("Requests", "requests", default=12, min_value=2, max_value=40,
-                             container=middle)
-    max_output = int_param("Maximum output (what contiguous reserves)", "max_output",
-                           default=160, min_value=8, max_value=1024, widget="number",
-                           container=middle)
-    mean_output = int_param("Typical output length (tokens)", "mean_output", default=48,
-                            min_value=1, max_value=1024, widget="number", container=right,
-                            help="Output lengths are drawn around this, most short and a few "
-                                 "long; the server learns each one only when the request stops.")
-    right.caption("Prompts are 16-96 tokens. The same seed gives the same requests.")
+    with settings(folded=True):
+        left, middle, right = st.columns(3)
+        block_size = choice_param("Block size (tokens per block)", "block_size",
+                                  [1, 2, 4, 8, 16, 32, 64], default=16, container=left)
+        pool_slots = int_param("Pool size (token slots, both systems)", "pool_slots", default=768,
+                               min_value=128, max_value=4096, widget="number", container=left)
+        num_requests = int_param("Requests", "requests", default=12, min_value=2, max_value=40,
+                                 container=middle)
+        max_output = int_param("Maximum output (what contiguous reserves)", "max_output",
+                               default=160, min_value=8, max_value=1024, widget="number",
+                               container=middle)
+        mean_output = int_param("Typical output length (tokens)", "mean_output", default=48,
+                                min_value=1, max_value=1024, widget="number", container=right,
+                                help="Output lengths are drawn around this, most short and a few "
+                                     "long; the server learns each one only when the request "
+                                     "stops.")
+        right.caption("Prompts are 16-96 tokens. The same seed gives the same requests.")
 
 cfg = or_stop(lambda: FragConfig(
     PoolConfig(num_blocks=max(1, pool_slots // block_size), block_size=block_size),
@@ -66,40 +71,47 @@ def _row(name: str, s: MemoryStats) -> dict:
 
 def show_step(step: int) -> None:
     frame = all_frames[step]
-    bullets(story.caption(frame) or ["Every running request decodes one token; nobody is "
-                                     "admitted or finishes."])
+    last = len(all_frames) - 1
+    parts = step_parts()
+    with parts.caption:
+        bullets(story.caption(frame) or ["Every running request decodes one token; nobody is "
+                                         "admitted or finishes."])
     c, p = frame.contiguous, frame.paged
     wasted_c, wasted_p = round(c.wasted_pct), round(p.wasted_pct)
-    m1, m2, m3, m4 = st.columns(4)
-    m1.metric("Running: contiguous", c.running, help="Requests holding memory at this step.")
-    m2.metric("Running: paged", p.running, delta=f"{p.running - c.running:+d} vs contiguous",
-              delta_color="normal" if p.running != c.running else "off")
-    m3.metric("Wasted: contiguous", f"{wasted_c}%",
-              help="Internal + external fragmentation, as a share of the pool.")
-    m4.metric("Wasted: paged", f"{wasted_p}%", delta=f"{wasted_p - wasted_c:+d} points",
-              delta_color="inverse" if wasted_p != wasted_c else "off")
-    live_badge(story, step, len(all_frames) - 1,
-               idle="The paged server runs no request at this step (it has finished them all, "
-                    "or none has arrived): no attention to check on its pool.")
+    with parts.before:
+        m1, m2, m3, m4 = st.columns(4)
+        m1.metric("Running: contiguous", c.running, help="Requests holding memory at this step.")
+        m2.metric("Running: paged", p.running, delta=f"{p.running - c.running:+d} vs contiguous",
+                  delta_color="normal" if p.running != c.running else "off")
+        m3.metric("Wasted: contiguous", f"{wasted_c}%",
+                  help="Internal + external fragmentation, as a share of the pool.")
+        m4.metric("Wasted: paged", f"{wasted_p}%", delta=f"{wasted_p - wasted_c:+d} points",
+                  delta_color="inverse" if wasted_p != wasted_c else "off")
+        live_badge(story, step, last,
+                   idle="The paged server runs no request at this step (it has finished them "
+                        "all, or none has arrived): no attention to check on its pool.")
+    with parts.main:
+        show_figure(memory_maps(frame, cfg.capacity, block_size), key="frag_map",
+                    file_name="memory_maps", main=True)
+        st.caption("Solid: slots holding a token's K/V. Pale: reserved or allocated but empty "
+                   "(internal fragmentation). Red: free holes too small for the next "
+                   f"reservation ({frame.next_reservation} slots; external fragmentation). "
+                   "White: free. Each request (R0, R1, ...) keeps its colour in both rows.")
+    with parts.after:
+        # A static table: st.dataframe's interactive grid costs more to draw on every step.
+        st.table(pd.DataFrame([_row("Contiguous", c), _row("Paged", p)]).set_index("allocator"))
+        show_figure(timeline(all_frames, step), key="frag_timeline",
+                    file_name="fragmentation_timeline")
+        if frame.preemptions:
+            st.caption(f"The paged server ran out of free blocks {frame.preemptions} time(s) "
+                       "while decoding and preempted its youngest request (recompute): "
+                       "admission control is still needed, as the guide says.")
+        export_trace(story, step)
+        next_page(step == last)
 
-    show_figure(memory_maps(frame, cfg.capacity, block_size), key="frag_map",
-                file_name="memory_maps")
-    st.caption("Solid: slots holding a token's K/V. Pale: reserved or allocated but empty "
-               "(internal fragmentation). Red: free holes too small for the next reservation "
-               f"({frame.next_reservation} slots; external fragmentation). White: free. "
-               "Each request (R0, R1, ...) keeps its colour in both rows.")
-    # A static table: st.dataframe's interactive grid costs more to draw on every step.
-    st.table(pd.DataFrame([_row("Contiguous", c), _row("Paged", p)]).set_index("allocator"))
-    show_figure(timeline(all_frames, step), key="frag_timeline",
-                file_name="fragmentation_timeline")
-    if frame.preemptions:
-        st.caption(f"The paged server ran out of free blocks {frame.preemptions} time(s) while "
-                   "decoding and preempted its youngest request (recompute): admission control "
-                   "is still needed, as the guide says.")
-    export_trace(story, step)
 
-
-show_step(step_controls(len(all_frames) - 1))
+with stage:
+    show_step(step_controls(len(all_frames) - 1))
 st.subheader("The block size is a tradeoff")
 explain(
     "Smaller blocks leave a smaller empty tail in each sequence's last block, but every "

@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from ui.chapters import CHAPTERS
 from ui.layout import explain
 from ui.sidebar import sidebar
 
@@ -25,29 +26,10 @@ explain(
 )
 
 st.subheader("The map")
-_MAP = [  # (page file, "title — what it shows"), in app.py's order
-    ("pages/block_tables.py", "Block tables — one request walked through the allocator: "
-     "logical blocks, block table, physical blocks, the unused tail."),
-    ("pages/attention.py", "Attention over blocks — the kernel reads K/V block by block through "
-     "the table; shuffle the physical placement and the output does not change."),
-    ("pages/fragmentation.py", "Fragmentation — contiguous reservations vs paged blocks on "
-     "the same workload; the block-size trade-off."),
-    ("pages/copy_on_write.py", "Copy-on-write — parallel sampling and beam search share "
-     "prompt blocks; only a written shared block is copied."),
-    ("pages/prefix_cache.py", "Prefix cache — requests with a common system prompt reuse "
-     "full blocks found by a hash chain; LRU eviction."),
-    ("pages/scheduler.py", "Admission control — a batch scheduler on the block pool: "
-     "queueing, preemption, and why free blocks become a larger batch."),
-    ("pages/serving_metrics.py", "Inspect a real engine — a vLLM server's metrics and log "
-     "next to the lab's own numbers: KV utilization, running and waiting, preemptions."),
-    ("pages/calculator.py", "KV-size calculator — bytes per token for real model configs."),
-    ("pages/model.py", "Real model — a small LLM generating with its KV cache in the pool."),
-]
-for path, text in _MAP:
-    title, what = text.split(" — ", 1)
+for chapter in CHAPTERS[1:]:
     link, caption = st.columns([1, 3], vertical_alignment="center")
-    link.page_link(path, label=f"**{title}**")
-    caption.markdown(what)
+    link.page_link(chapter.path, label=f"**{chapter.title}**")
+    caption.markdown(chapter.summary[0].upper() + chapter.summary[1:] + ".")
 
 st.subheader("Where to start")
 st.markdown(

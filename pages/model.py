@@ -21,7 +21,7 @@ from ui.kernel_badge import kernel_badge
 from ui.layout import explain, settings, show_figure
 from ui.memo import per_user, shared
 from ui.sidebar import sidebar
-from ui.state import choice_param, float_param, int_param, seed
+from ui.state import choice_param, float_param, int_param, seed, text_param
 
 QUESTIONS = ("What is the capital of France?", "Write a haiku about memory blocks.",
              "Explain what a KV cache is in two sentences.",
@@ -55,11 +55,11 @@ with controls, settings():
     question = choice_param("Question", "model_q", [*QUESTIONS, "Your own…"],
                             default=QUESTIONS[0])
     if question == "Your own…":
-        question = st.text_input("Your question", value="Why is the sky blue?",
-                                 key="model_own_q", max_chars=300)
-    system = st.text_input("System prompt", value=DEFAULT_SYSTEM_PROMPT, key="model_system",
-                           max_chars=400, help="Shared by both requests: its blocks are what "
-                                               "the prefix cache can reuse.")
+        question = text_param("Your question", "model_own_q", default="Why is the sky blue?",
+                              max_chars=300)
+    system = text_param("System prompt", "model_system", default=DEFAULT_SYSTEM_PROMPT,
+                        max_chars=400, help="Shared by both requests: its blocks are what "
+                                            "the prefix cache can reuse.")
     decoding = choice_param("Decoding", "model_decoding", ["greedy", "sampling"],
                             default="greedy", widget="segmented")
     n = int_param("Parallel samples (n)", "model_n", default=1, min_value=1, max_value=4,
@@ -147,8 +147,8 @@ with output:
     go_col, follow_col = st.columns([1, 2], vertical_alignment="bottom")
     generate = go_col.button("Generate", key="model_generate", type="primary",
                              icon=":material/play_arrow:")
-    follow = follow_col.text_input("Second request, same system prompt", value=FOLLOW_UP,
-                                   key="model_follow_up", max_chars=300)
+    follow = text_param("Second request, same system prompt", "model_follow_up",
+                        default=FOLLOW_UP, max_chars=300, container=follow_col)
     second = follow_col.button("Send second request", key="model_second",
                                icon=":material/replay:")
     live = st.empty()

@@ -6,7 +6,8 @@ from lab.figures.blocks import legend_markdown, pool_grid
 from lab.figures.prefix import cache_over_time, hash_chain
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.prefix_cache import APP_NAMES, PrefixCacheStory, PrefixConfig
-from ui.layout import bullets, explain, settings, show_figure
+from ui.chapters import chapter_strip, next_page
+from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
 from ui.predict import predict
 from ui.scenario import export_trace, frames, live_badge, or_stop
 from ui.sidebar import sidebar
@@ -14,32 +15,35 @@ from ui.state import choice_param, int_param, seed
 from ui.step_controls import step_controls
 
 sidebar()
+chapter_strip()
 st.title("Prefix cache")
-explain(
-    "Requests to one application usually start with the same **system prompt**. Prefix caching "
-    "names every **full** block by a **block hash** chained over all tokens before it, so a new "
-    "request whose leading blocks hash the same reuses those physical blocks (ref count + 1) "
-    "and skips their prefill. When a request finishes, its full blocks stay in the **free "
-    "queue** still holding their hash (*cached free*, grey): reusable until the pool runs "
-    "short and the least recently freed one is **evicted**. Reuse is safe only when everything "
-    "that shaped the K/V matches: same model, same adapters, same tokens before it."
-)
+settings_area, stage = page_parts()
+with settings_area:
+    explain(
+        "Requests to one application usually start with the same **system prompt**. Prefix caching"
+        " names every **full** block by a **block hash** chained over all tokens before it, so a "
+        "new request whose leading blocks hash the same reuses those physical blocks (ref count + "
+        "1) and skips their prefill. When a request finishes, its full blocks stay in the **free "
+        "queue** still holding their hash (*cached free*, grey): reusable until the pool runs "
+        "short and the least recently freed one is **evicted**. Reuse is safe only when everything"
+        " that shaped the K/V matches: same model, same adapters, same tokens before it."
+    )
 
-with settings():
-    left, middle, right = st.columns(3)
-    block_size = choice_param("Block size (tokens per block)", "block_size", [4, 8, 16],
-                              default=8, container=left)
-    num_blocks = int_param("Pool size (physical blocks)", "num_blocks", default=16, min_value=4,
-                           max_value=64, widget="number", container=left,
-                           help="A small pool forces evictions of cached blocks.")
-    system_len = int_param("System prompt length (tokens)", "system_len", default=20,
-                           min_value=1, max_value=64, container=middle)
-    num_apps = int_param("Apps (distinct system prompts)", "apps", default=2, min_value=1,
-                         max_value=3, container=middle)
-    num_requests = int_param("Requests", "requests", default=8, min_value=2, max_value=16,
-                             container=right)
-    right.caption("Each request: its app's system prompt + a 3-12 token question, then 2-6 "
-                  "output tokens. One arrives every 2 steps.")
+    with settings(folded=True):
+        left, middle, right = st.columns(3)
+        block_size = choice_param("Block size (tokens per block)", "block_size", [4, 8, 16],
+                                  default=8, container=left)
+        num_blocks = int_param("Pool size (physical blocks)", "num_blocks", default=16, min_value=4,
+                               max_value=64, widget="number", container=left,
+                               help="A small pool forces evictions of cached blocks.")
+        system_len = int_param("System prompt length (tokens)", "system_len", default=20,
+                               min_value=1, max_value=64, container=middle)
+        num_apps = int_param("Apps (distinct system prompts)", "apps", default=2, min_value=1,
+                             max_value=3, container=middle)
+        num_requests = int_param("Requests", "requests", default=8, min_value=2, max_value=16,
+                                 container=right)
+        right.caption("Each request: its app's system prompt + a 3-12 token question, then 2-6 "
+                      "output tokens. One arrives every 2 steps.")
 
 cfg = or_stop(lambda: PrefixConfig(
     PoolConfig(num_blocks=num_blocks, block_size=block_size), num_requests=num_requests,
@@ -50,63 +54,69 @@ all_frames = frames(story)
 
 def show_step(step: int) -> None:
     frame = all_frames[step]
+    last = len(all_frames) - 1
     names = {seq: f"R{req}" for req, seq in frame.seq_of_request.items()}
-    bullets(story.caption(frame) or ["Every running request decodes one token; nothing is "
-                                "admitted, evicted or finished."])
-
+    parts = step_parts()
+    with parts.caption:
+        bullets(story.caption(frame) or ["Every running request decodes one token; nothing is "
+                                         "admitted, evicted or finished."])
     usage = frame.snapshot.usage
-    m1, m2, m3, m4 = st.columns(4)
-    m1.metric("Hit rate (prompt tokens)", f"{100 * frame.hit_rate:.0f}%",
-              help=f"{frame.hit_tokens} of {frame.query_tokens} prompt tokens so far were found "
-                   "in the cache and not prefilled again.")
-    m2.metric("Blocks in use", f"{usage.blocks_used} / {num_blocks}")
-    m3.metric("Free but cached", usage.blocks_cached_free,
-              help="Free blocks that still hold a full block's K/V and its hash: a later request "
-                   "with the same prefix takes them back without recomputing.")
-    m4.metric("Evictions so far", frame.evictions)
-    live_badge(story, step, len(all_frames) - 1)
-
+    with parts.before:
+        m1, m2, m3, m4 = st.columns(4)
+        m1.metric("Hit rate (prompt tokens)", f"{100 * frame.hit_rate:.0f}%",
+                  help=f"{frame.hit_tokens} of {frame.query_tokens} prompt tokens so far were "
+                       "found in the cache and not prefilled again.")
+        m2.metric("Blocks in use", f"{usage.blocks_used} / {num_blocks}")
+        m3.metric("Free but cached", usage.blocks_cached_free,
+                  help="Free blocks that still hold a full block's K/V and its hash: a later "
+                       "request with the same prefix takes them back without recomputing.")
+        m4.metric("Evictions so far", frame.evictions)
+        live_badge(story, step, last)
     marked = sorted({link.block_id for a in frame.admissions for link in a.chain
                      if link.status == "hit"}
                     | {e.block_id for e in frame.events if e.kind == "evict"})
-    show_figure(pool_grid(frame.snapshot, names, highlight=marked,
-                          columns=8 if num_blocks <= 32 else 16,
-                          title="KV pool (grey: free but cached)"),
-                key="prefix_pool", file_name="kv_pool")
-    st.markdown(legend_markdown(frame.snapshot, names) + " &nbsp; red outline: hit or evicted "
-                "at this step", unsafe_allow_html=True)
+    with parts.main:
+        show_figure(pool_grid(frame.snapshot, names, highlight=marked,
+                              columns=8 if num_blocks <= 32 else 16,
+                              title="KV pool (grey: free but cached)"),
+                    key="prefix_pool", file_name="kv_pool", main=True)
+    with parts.after:
+        st.markdown(legend_markdown(frame.snapshot, names) + " &nbsp; red outline: hit or "
+                    "evicted at this step", unsafe_allow_html=True)
+        shown = frame.admissions[0] if frame.admissions else next(
+            (f.admissions[0] for f in reversed(all_frames[:step]) if f.admissions), None)
+        with st.container():  # one block with or without a chain: later ones stay put
+            if shown is not None:
+                show_figure(hash_chain(shown), key="prefix_chain", file_name="hash_chain")
+                st.caption("Each hash covers its block's tokens and, through its parent's "
+                           "hash, every token before them. **hit**: found, not prefilled. "
+                           "**miss**: looked up, not found, prefilled, then cached. **last**: "
+                           "full but holds the last prompt token, so never looked up "
+                           "(prefilled, then cached for later). **partial**: not full, no "
+                           "hash.")
+        explain(
+            "**Why only full blocks?** A block's hash names exactly its tokens after exactly "
+            "this prefix. A partial block will still receive tokens, different for every "
+            "request, so it has no stable name and is never shared. **Why is the last prompt "
+            "token always recomputed?** Its query is what produces the first output token, so "
+            "the model must run on it; at most (prompt length − 1) // block size leading blocks "
+            "can hit. A prompt that is exactly two full blocks reuses only the first.",
+            title="Only full blocks, and never the last token")
+        show_figure(cache_over_time(all_frames, step), key="prefix_time",
+                    file_name="prefix_cache_over_time")
+        upcoming = next((f.admissions[0] for f in all_frames[step + 1:] if f.admissions), None)
+        if upcoming is not None:
+            predict("prefix_hits",
+                    f"The next request to be admitted, R{upcoming.req_id}, uses app "
+                    f"{APP_NAMES[upcoming.app]} and has a {upcoming.prompt_len}-token prompt. "
+                    "How many of its prompt tokens will be found in the cache?",
+                    answer=upcoming.hit_tokens,
+                    explanation="Only full blocks whose whole chain is still cached can hit, "
+                                "never the block holding the last prompt token; an evicted "
+                                "block ends the chain.")
+        export_trace(story, step)
+        next_page(step == last)
 
-    shown = frame.admissions[0] if frame.admissions else next(
-        (f.admissions[0] for f in reversed(all_frames[:step]) if f.admissions), None)
-    with st.container():  # one block with or without a chain: later ones stay put
-        if shown is not None:
-            show_figure(hash_chain(shown), key="prefix_chain", file_name="hash_chain")
-            st.caption("Each hash covers its block's tokens and, through its parent's hash, "
-                       "every token before them. **hit**: found, not prefilled. **miss**: looked "
-                       "up, not found, prefilled, then cached. **last**: full but holds the last "
-                       "prompt token, so never looked up (prefilled, then cached for later). "
-                       "**partial**: not full, no hash.")
-    explain(
-        "**Why only full blocks?** A block's hash names exactly its tokens after exactly this "
-        "prefix. A partial block will still receive tokens, different for every request, so it "
-        "has no stable name and is never shared. **Why is the last prompt token always "
-        "recomputed?** Its query is what produces the first output token, so the model must run "
-        "on it; at most (prompt length − 1) // block size leading blocks can hit. A prompt that "
-        "is exactly two full blocks reuses only the first.",
-        title="Only full blocks, and never the last token")
-    show_figure(cache_over_time(all_frames, step), key="prefix_time",
-                file_name="prefix_cache_over_time")
 
-    upcoming = next((f.admissions[0] for f in all_frames[step + 1:] if f.admissions), None)
-    if upcoming is not None:
-        predict("prefix_hits",
-                f"The next request to be admitted, R{upcoming.req_id}, uses app "
-                f"{APP_NAMES[upcoming.app]} and has a {upcoming.prompt_len}-token prompt. How many "
-                "of its prompt tokens will be found in the cache?",
-                answer=upcoming.hit_tokens,
-                explanation="Only full blocks whose whole chain is still cached can hit, never the "
-                            "block holding the last prompt token; an evicted block ends the chain.")
-    export_trace(story, step)
-
-
-show_step(step_controls(len(all_frames) - 1))
+with stage:
+    show_step(step_controls(len(all_frames) - 1))

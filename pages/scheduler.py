@@ -8,7 +8,8 @@ from lab.figures.scheduler import region_map
 from lab.scenarios.admission_control import AdmissionControlStory
 from lab.scenarios.story import MAX_STEPS
 from lab.serving.config import SchedulerConfig
-from ui.layout import explain, settings, show_figure
+from ui.chapters import chapter_strip, next_page
+from ui.layout import explain, page_parts, settings, show_figure, step_parts
 from ui.scenario import frames, live_badge
 from ui.scheduler_views import (
     chain_section,
@@ -19,53 +20,57 @@ from ui.scheduler_views import (
     workload_widgets,
 )
 from ui.sidebar import sidebar
-from ui.state import choice_param, seed
+from ui.state import bool_param, choice_param, seed
 from ui.step_controls import step_controls
 
 sidebar()
+chapter_strip()
 st.title("Admission control: the scheduler")
-explain(
-    "Paging makes the pool easy to fill, but the pool still has an end. Every **iteration** the "
-    "scheduler gives each running request its next token (or a chunk of its prompt) within a "
-    "**token budget** and **max_num_seqs**, then admits waiting requests whose prompt blocks fit "
-    "above a **watermark**. When a running request needs a block and none is free, a victim is "
-    "**preempted**: by *recompute* (its blocks freed, its tokens computed again later) or by "
-    "*swap* (its blocks copied to CPU memory and back). Memory decides who stays active; "
-    "scheduling decides which tokens run next."
-)
-
 SECTIONS = {"Step through": "step", "Replay & metrics": "replay", "Batch chain": "chain",
             "Sweeps": "sweeps"}
 section = SECTIONS[choice_param("View", "sched_view", list(SECTIONS), default="Step through",
                                 widget="segmented")]
 small = section == "step"
+settings_area, stage = page_parts()
+with settings_area:
+    explain(
+        "Paging makes the pool easy to fill, but the pool still has an end. Every **iteration** "
+        "the scheduler gives each running request its next token (or a chunk of its prompt) within"
+        " a **token budget** and **max_num_seqs**, then admits waiting requests whose prompt "
+        "blocks fit above a **watermark**. When a running request needs a block and none is free, "
+        "a victim is **preempted**: by *recompute* (its blocks freed, its tokens computed again "
+        "later) or by *swap* (its blocks copied to CPU memory and back). Memory decides who stays "
+        "active; scheduling decides which tokens run next."
+    )
 
-with settings():
-    if small:
-        requests = workload_widgets("step", preset="alpaca", n=16, max_n=60, max_tokens=128,
-                                    seed=seed())
-        engine = engine_widgets("step", blocks=48, block_size=8, seats=8, budget=64,
-                                max_blocks=128)
-    else:
-        requests = workload_widgets("big", preset="sharegpt", n=1000, max_n=20_000,
-                                    max_tokens=2048, seed=seed())
-        engine = engine_widgets("big", blocks=2048, block_size=16, seats=128, budget=2048,
-                                max_blocks=200_000)
-    left, right = st.columns([2, 1])
-    with left:
-        cost = cost_widgets("sched")
-    allocator = choice_param("Allocator (step view)", "sched_allocator", ["paged", "contiguous"],
-                             default="paged", widget="segmented", container=right) if small \
-        else "paged"
-    compute = small and right.toggle(
-        "Triton kernel each iteration", key="sched_compute",
-        help="Compute mode: real K/V in the pool, paged attention checked against dense "
-             "attention each iteration. Slow on the CPU interpreter: small workloads only.")
+    with settings(folded=small):
+        if small:
+            requests = workload_widgets("step", preset="alpaca", n=16, max_n=60, max_tokens=128,
+                                        seed=seed())
+            engine = engine_widgets("step", blocks=48, block_size=8, seats=8, budget=64,
+                                    max_blocks=128)
+        else:
+            requests = workload_widgets("big", preset="sharegpt", n=1000, max_n=20_000,
+                                        max_tokens=2048, seed=seed())
+            engine = engine_widgets("big", blocks=2048, block_size=16, seats=128, budget=2048,
+                                    max_blocks=200_000)
+        left, right = st.columns([2, 1])
+        with left:
+            cost = cost_widgets("sched")
+        allocator = "paged"
+        if small:
+            allocator = choice_param("Allocator (step view)", "sched_allocator",
+                                     ["paged", "contiguous"], default="paged", widget="segmented",
+                                     container=right)
+        compute = small and bool_param(
+            "Triton kernel each iteration", "sched_compute", default=False, container=right,
+            help="Compute mode: real K/V in the pool, paged attention checked against dense "
+                 "attention each iteration. Slow on the CPU interpreter: small workloads only.")
 
 if requests is None:
     st.stop()
 try:
-    cfg = SchedulerConfig(**engine, allocator=allocator, compute=bool(compute))
+    cfg = SchedulerConfig(**engine, allocator=allocator)
 except ValueError as err:
     st.error(f"These settings cannot run: {err}", icon="⚙️")
     st.stop()
@@ -74,7 +79,7 @@ if compute and sum(r.prompt_len + r.output_len for r in requests) > compute_limi
     st.warning(f"Compute mode runs the kernel every iteration ({backend().triton_mode}): keep the "
                f"workload under {compute_limit:,} tokens in all (e.g. 8 requests, max_tokens "
                "32). Showing the allocator-only run instead.", icon="🐢")
-    cfg = SchedulerConfig(**engine, allocator=allocator)
+    compute = False
 
 if section == "replay":
     replay_section(requests, cfg, cost, seed())
@@ -103,44 +108,58 @@ if not all_frames:
     st.stop()
 if len(all_frames) == MAX_STEPS:
     st.caption(f"Showing the first {MAX_STEPS} iterations.")
-step = step_controls(len(all_frames) - 1, key="sched_step")
-frame = all_frames[step]
-rec = frame.record
 
-m = st.columns(6)
-m[0].metric("Iteration", rec.index, help=f"Simulated time {frame.clock_s * 1e3:,.1f} ms; "
-            f"this iteration took {rec.seconds * 1e3:.2f} ms ({rec.bound}-bound).")
-m[1].metric("Batch", f"{rec.num_seqs} seqs",
-            help=f"{rec.prefill_tokens} prefill + {rec.decode_tokens} decode tokens, of a "
-                 f"budget of {cfg.max_num_batched_tokens}.")
-m[2].metric("Waiting", rec.num_waiting)
-m[3].metric("KV used", f"{rec.kv_usage:.0%}",
-            help="KV-cache utilization: blocks in use (paged) or slots reserved (contiguous), "
-                 f"as a share of the pool; {rec.waste_slots} of those slots hold no token.")
-m[4].metric("Preemptions", frame.preemptions)
-m[5].metric("Finished", f"{frame.finished} / {len(requests)}")
-if compute:
-    live_badge(story, step, len(all_frames) - 1)
 
-st.markdown("**What the scheduler decided in this iteration**")
-st.code("\n".join(story.caption(frame)) or "(every running request got its next token; "
-        "nothing else changed)", language=None, wrap_lines=True)
+def show_step(step: int) -> None:
+    frame = all_frames[step]
+    rec = frame.record
+    parts = step_parts()
+    with parts.caption:
+        st.markdown("**What the scheduler decided in this iteration**")
+        st.code("\n".join(story.caption(frame)) or "(every running request got its next "
+                "token; nothing else changed)", language=None, wrap_lines=True)
+    with parts.before:
+        m = st.columns(6)
+        m[0].metric("Iteration", rec.index, help=f"Simulated time {frame.clock_s * 1e3:,.1f} "
+                    f"ms; this iteration took {rec.seconds * 1e3:.2f} ms ({rec.bound}-bound).")
+        m[1].metric("Batch", f"{rec.num_seqs} seqs",
+                    help=f"{rec.prefill_tokens} prefill + {rec.decode_tokens} decode tokens, of "
+                         f"a budget of {cfg.max_num_batched_tokens}.")
+        m[2].metric("Waiting", rec.num_waiting)
+        m[3].metric("KV used", f"{rec.kv_usage:.0%}",
+                    help="KV-cache utilization: blocks in use (paged) or slots reserved "
+                         f"(contiguous), as a share of the pool; {rec.waste_slots} of those "
+                         "slots hold no token.")
+        m[4].metric("Preemptions", frame.preemptions)
+        m[5].metric("Finished", f"{frame.finished} / {len(requests)}")
+        if compute:
+            live_badge(story, step, len(all_frames) - 1)
+        q = st.columns(3)
+        for col, title, items in ((q[0], "Waiting", frame.waiting),
+                                  (q[1], "Running", frame.running),
+                                  (q[2], "Swapped (in CPU memory)", frame.swapped)):
+            with col.container(border=True):
+                st.markdown(f"**{title}** ({len(items)})")
+                st.caption(" · ".join(items) if items else "empty")
+    with parts.main:
+        if cfg.allocator == "paged":
+            show_figure(pool_grid(frame.picture, frame.names, columns=16), key="sched_grid",
+                        main=True)
+            st.caption("Each tile is a physical block, labelled with the request (R0, R1, …) "
+                       "whose block table holds it; the bar shows its filled slots. White "
+                       "tiles are free.")
+        else:
+            show_figure(region_map(frame.picture.regions, cfg.capacity_slots),
+                        key="sched_regions", main=True)
+            st.caption("Each request reserved prompt + max_tokens slots at admission; the "
+                       "solid part holds tokens, the pale part is reserved but empty (internal "
+                       "fragmentation).")
+    with parts.after:
+        if frame.rejected:
+            with st.expander(f"Rejected requests ({len(frame.rejected)})"):
+                st.markdown("\n".join(f"- {line}" for line in frame.rejected))
+        next_page(step == len(all_frames) - 1)
 
-q = st.columns(3)
-for col, title, items in ((q[0], "Waiting", frame.waiting), (q[1], "Running", frame.running),
-                          (q[2], "Swapped (in CPU memory)", frame.swapped)):
-    with col.container(border=True):
-        st.markdown(f"**{title}** ({len(items)})")
-        st.caption(" · ".join(items) if items else "empty")
 
-if cfg.allocator == "paged":
-    show_figure(pool_grid(frame.picture, frame.names, columns=16), key="sched_grid")
-    st.caption("Each tile is a physical block, labelled with the request (R0, R1, …) whose "
-               "block table holds it; the bar shows its filled slots. White tiles are free.")
-else:
-    show_figure(region_map(frame.picture.regions, cfg.capacity_slots), key="sched_regions")
-    st.caption("Each request reserved prompt + max_tokens slots at admission; the solid part "
-               "holds tokens, the pale part is reserved but empty (internal fragmentation).")
-if frame.rejected:
-    with st.expander(f"Rejected requests ({len(frame.rejected)})"):
-        st.markdown("\n".join(f"- {line}" for line in frame.rejected))
+with stage:
+    show_step(step_controls(len(all_frames) - 1, key="sched_step"))

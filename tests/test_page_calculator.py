@@ -32,7 +32,7 @@ def messages(at: AppTest, kind: str = "error") -> str:
 
 def shared_link(at: AppTest) -> dict[str, str]:
     """The sidebar's "copy link" URL, parsed."""
-    url = at.sidebar.code[-1].value
+    url = at.sidebar.code[0].value  # (the class-link panel's comes after it)
     return {k: v[0] for k, v in parse_qs(url.split("?", 1)[1]).items()}
 
 

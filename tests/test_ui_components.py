@@ -14,9 +14,9 @@ def _step_app() -> None:
     from ui.sidebar import sidebar
     from ui.step_controls import step_controls
 
+    st.session_state["_ui_current_page"] = st.session_state.get("test_page", "a")  # as app.py
     sidebar()
     st.title("steps")
-    st.session_state["_ui_current_page"] = st.session_state.get("test_page", "a")  # as app.py
     shown = step_controls(st.session_state.get("test_last", 5))
     st.text(f"shown={shown}")
 
@@ -138,14 +138,16 @@ def test_bad_link_values_show_a_message_not_a_traceback() -> None:
 
 def test_classroom_mode_collapses_text_and_loads_large_styles() -> None:
     normal = _params_test()
-    assert not normal.expander and normal.markdown[0].value == "Some teaching text."
+    assert "Explanation" not in {e.label for e in normal.expander}
+    assert normal.markdown[0].value == "Some teaching text."
     at = _params_test(classroom="1")
-    assert at.toggle(key="classroom_mode").value is True
+    assert at.toggle(key="classroom").value is True
     assert {e.label for e in at.expander} >= {"Settings", "Explanation"}
-    assert "font-size: 2.8rem" in at.get("html")[0].value  # classroom.css is loaded
+    assert "Classroom mode" in at.get("html")[0].value  # classroom.css is loaded
     assert "classroom=1" in at.text[1].value
-    at.toggle(key="classroom_mode").set_value(False).run()
-    assert not at.expander and "classroom" not in at.query_params
+    at.toggle(key="classroom").set_value(False).run()
+    assert "Explanation" not in {e.label for e in at.expander}
+    assert "classroom" not in at.query_params
 
 
 def _predict_app() -> None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.browser.harness import ROOT
+from ui.chapters import CHAPTERS
 
-PAGES = re.findall(r'st\.Page\("(pages/\w+\.py)"', (ROOT / "app.py").read_text())
+PAGES = [c.path for c in CHAPTERS]
 
 
 def test_navigation_lists_pages_in_the_guide_order() -> None:

@@ -71,6 +71,7 @@ export default function (component) {
   view.style.minHeight = `${layout.height ?? 450}px`;
   view.labNext = { traces: view.labTraces, layout, config: data.config };
   view.dataset.figureKey = data.key;
+  if (data.main) view.dataset.main = "1";
   view.dataset.pending = "1"; // until drawn: what tests and the UI benchmark wait for
   loadPlotly()
     .then((Plotly) => {
@@ -85,6 +86,7 @@ export default function (component) {
       return Plotly.react(view, next.traces, next.layout, next.config).then(() => {
         view.dataset.drawn = String(Number(view.dataset.drawn ?? 0) + 1);
         if (!view.labNext) delete view.dataset.pending;
+        if (data.reveal) view.scrollIntoView({ block: "nearest" }); // what the step changed
         followWidth(view, Plotly);
       });
     })

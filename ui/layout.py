@@ -1,29 +1,65 @@
-"""Layout helpers that adapt a page to classroom mode.
+"""Layout helpers that adapt a page to classroom mode and to a teacher link.
 
-* `explain(md)`: explanatory text; shown normally, collapsed into an expander in classroom mode.
+* `page_parts()`: where a page draws its settings and its stage (step controls, caption,
+  figures): settings first normally; in classroom mode the stage first, settings folded below.
+* `step_parts()`: the parts of a step (caption, details before the main figure, the main
+  figure, what follows it); in classroom mode the main figure comes first, right under the
+  step controls, so both fit a projector's screen.
+* `explain(md)`: explanatory text; shown normally, one click away in classroom mode.
 * `bullets(lines)`: a step's list of what happened, as one element.
-* `settings()`: a container for a page's parameter widgets; collapsed in classroom mode so only
-  the step controls stay in view.
+* `settings()`: a container for a page's parameter widgets, with "Back to the guide's
+  example"; folded in classroom mode; hidden (still working) when a teacher link hides it.
 * `show_figure(fig, key)`: draws a plotly figure (through `ui.figure_view`, which redraws a
   key's plot in place), larger in classroom mode, with the toolbar's "download as PNG" button.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import plotly.graph_objects as go
 import streamlit as st
 
 from ui.figure_view import draw_figure
-from ui.state import is_classroom
+from ui.state import is_classroom, is_hidden, is_locked, reset_page
+from ui.step_controls import STEP_MOVED
 
 CLASSROOM_FONT_SCALE = 1.45
 CLASSROOM_HEIGHT_SCALE = 1.35
+# A projector at 1280x720 keeps ~460 px under the title and step controls for the main figure.
+CLASSROOM_MAIN_HEIGHT = 440
+
+
+def page_parts() -> tuple[Any, Any]:
+    """(settings area, stage): containers in the order this mode shows them."""
+    if is_classroom():
+        stage = st.container()
+        return st.container(), stage
+    area = st.container()
+    return area, st.container()
+
+
+@dataclass(frozen=True)
+class StepParts:
+    caption: Any  # what happened at this step
+    before: Any  # counters and the kernel badge
+    main: Any  # the page's main figure
+    after: Any  # legends, secondary figures, downloads
+
+
+def step_parts() -> StepParts:
+    if is_classroom():
+        main, caption, before, after = (st.container() for _ in range(4))
+    else:  # the caption, then the figure it speaks of, in view right under the controls
+        caption, main, before, after = (st.container() for _ in range(4))
+    return StepParts(caption, before, main, after)
 
 
 def explain(md: str, *, title: str = "Explanation") -> None:
     """Teaching text: visible normally, one click away in classroom mode."""
+    if is_hidden("explanations"):
+        return
     if is_classroom():
         with st.expander(title, expanded=False):
             st.markdown(md)
@@ -38,28 +74,51 @@ def bullets(lines: list[str]) -> None:
     st.markdown("\n".join(f"- {line}" for line in lines))
 
 
-def settings(title: str = "Settings") -> Any:
-    """Where a page puts its parameter widgets: `with settings(): ...`."""
-    if is_classroom():
-        return st.expander(title, expanded=False)
-    return st.container(border=True)
+def settings(title: str = "Settings", *, folded: bool = False) -> Any:
+    """Where a page puts its parameter widgets: `with settings(): ...`. An animated page folds
+    them (`folded`), so its step controls and the figure they move come first on a laptop or a
+    phone; classroom mode folds every page's."""
+    if is_hidden("settings"):  # a teacher link: the widgets still run, out of sight
+        return st.container(key=f"lab_hidden_{title.lower().replace(' ', '_')}")
+    if folded or is_classroom():
+        box = st.expander(title, expanded=False, icon=":material/tune:")
+    else:
+        box = st.container(border=True)
+    if not is_locked():
+        box.button("Back to the guide's example", key=f"lab_reset_{title.lower()}",
+                   icon=":material/restart_alt:", type="tertiary", on_click=reset_page,
+                   help="Every setting of this page back to its default: the guide's "
+                        "numbers where the guide gives them.")
+    return box
 
 
-def show_figure(fig: go.Figure, key: str, *, file_name: str | None = None) -> None:
-    """Draw a figure; in classroom mode scale its fonts and height for a projector."""
+def show_figure(fig: go.Figure, key: str, *, file_name: str | None = None,
+                main: bool = False) -> None:
+    """Draw a figure; in classroom mode scale its fonts and height for a projector (the page's
+    main figure no taller than fits under the step controls)."""
     if is_classroom():
-        fig = _scaled(fig, CLASSROOM_FONT_SCALE, CLASSROOM_HEIGHT_SCALE)
+        fig = _scaled(fig, CLASSROOM_FONT_SCALE, CLASSROOM_HEIGHT_SCALE,
+                      CLASSROOM_MAIN_HEIGHT if main else None)
     config = {"displaylogo": False, "showSendToCloud": False,  # nothing leaves the lab
               "modeBarButtonsToRemove": ["select2d", "lasso2d"],  # the figures select nothing
               "toImageButtonOptions": {"format": "png", "filename": file_name or key, "scale": 2}}
-    draw_figure(fig, key, config)
+    reveal = main and bool(st.session_state.get(STEP_MOVED))
+    draw_figure(fig, key, config, main, reveal)
 
 
-def _scaled(fig: go.Figure, font_scale: float, height_scale: float) -> go.Figure:
+def _scaled(fig: go.Figure, font_scale: float, height_scale: float,
+            max_height: int | None = None) -> go.Figure:
     """A copy of `fig` with every font size and margin, and the height, multiplied (as dicts:
-    rebuilding a validated figure would cost more than drawing it)."""
+    rebuilding a validated figure would cost more than drawing it). A figure capped at
+    `max_height` grows its fonts less, so its labels still fit their tiles."""
     spec = fig.to_dict()  # a deep copy: the caller's figure stays as it was
     layout = spec.setdefault("layout", {})
+    if layout.get("height"):
+        height = int(layout["height"] * height_scale)
+        if max_height is not None and height > max_height:
+            font_scale = max(1.0, font_scale * max_height / height)
+            height = max_height
+        layout["height"] = height
     base = layout.get("font", {}).get("size", 14)
     layout.setdefault("font", {})["size"] = base * font_scale
     for annotation in layout.get("annotations", []):
@@ -71,8 +130,6 @@ def _scaled(fig: go.Figure, font_scale: float, height_scale: float) -> go.Figure
             trace["textfont"]["size"] = [v * font_scale for v in size]
         elif size is not None:
             trace["textfont"]["size"] = size * font_scale
-    if layout.get("height"):
-        layout["height"] = int(layout["height"] * height_scale)
     margin = layout.setdefault("margin", {})  # sized to the labels' fonts by the figures
     for side in set(margin) & {"l", "r", "t", "b"}:
         margin[side] *= font_scale

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 
 import streamlit as st
 
+from ui.state import is_hidden
+
 Answer = int | str
 
 
@@ -21,6 +23,8 @@ def predict(key: str, question: str, *, answer: Answer | Callable[[], Answer],
             explanation: str, choices: Sequence[str] | None = None) -> None:
     """Ask, check the learner's guess, then explain. State is per user, keyed by `key`; a
     revealed answer stays until the question text changes (new parameters, new question)."""
+    if is_hidden("questions"):
+        return
     revealed_key = f"{key}_revealed"
     with st.container(border=True, key=f"{key}_predict"):
         st.markdown(f"**Predict, then reveal.** {question}")

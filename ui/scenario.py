@@ -19,6 +19,7 @@ import streamlit as st
 from lab.scenarios.story import LiveRun, Story
 from ui.kernel_badge import kernel_badge
 from ui.memo import per_user, shared
+from ui.state import is_classroom, is_hidden
 from ui.step_controls import prefetch_next
 
 T = TypeVar("T")
@@ -59,6 +60,8 @@ def live_badge(story: Story, step: int, last_step: int,
 
 def export_trace(story: Story, step: int) -> None:
     """A download button for the event trace up to `step` (computed only when clicked)."""
+    if is_hidden("downloads") or is_classroom():
+        return
     st.download_button("Download event trace (JSON)", lambda: story.trace(step),
                        file_name=f"{story.page}_step{step}.json", mime="application/json",
                        key=f"{story.page}_trace", icon=":material/download:", on_click="ignore",

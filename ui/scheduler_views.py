@@ -29,7 +29,7 @@ from lab.sizing.capacity import load_gpus
 from lab.sizing.model_spec import load_presets
 from ui.layout import explain, show_figure
 from ui.memo import per_user
-from ui.state import choice_param, float_param, int_param
+from ui.state import bool_param, choice_param, float_param, int_param, set_param
 
 CSV = "csv"
 Requests = tuple[RequestSpec, ...]
@@ -89,7 +89,8 @@ def engine_widgets(prefix: str, *, blocks: int, block_size: int, seats: int, bud
                                    default="newest", widget="segmented", container=right,
                                    help="Whom to preempt: the newest request, or the one with "
                                         "the lowest priority (the largest priority value)."),
-        enable_chunked_prefill=right.toggle("Chunked prefill", value=True, key=f"{prefix}_chunk"),
+        enable_chunked_prefill=bool_param("Chunked prefill", f"{prefix}_chunk", default=True,
+                                          container=right),
     )
 
 
@@ -203,11 +204,12 @@ def chain_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, see
 
 
 def _example() -> None:
-    st.session_state.update({
-        "big_workload": PRESETS["alpaca"].label, "big_requests": 2000, "big_max_tokens": 512,
-        "big_blocks": 2000, "big_block_size": 16, "big_seats": 512, "big_budget": 4096,
-        "sched_model": "Llama-3.1-8B", "sched_gpu": "H100 80 GB", "sched_itl_target": 100,
-        "big_rate": 0.0})
+    for param, value in {
+            "big_workload": PRESETS["alpaca"].label, "big_requests": 2000, "big_max_tokens": 512,
+            "big_blocks": 2000, "big_block_size": 16, "big_seats": 512, "big_budget": 4096,
+            "sched_model": "Llama-3.1-8B", "sched_gpu": "H100 80 GB", "sched_itl_target": 100,
+            "big_rate": 0.0}.items():
+        set_param(param, value)
 
 
 def sweeps_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, seed: int) -> None:

@@ -28,48 +28,52 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from ui.state import CURRENT_PAGE, check_link_value, register
+from ui.state import bind_param, current_page, parse_int, register
 
+STEP_MOVED = "_ui_step_moved"  # session: this run shows another step than the last one
 SPEEDS = {"0.5×": 2.0, "1×": 1.0, "2×": 0.5, "4×": 0.25}  # label -> seconds per step
 DEFAULT_SPEED = "2×"
 
 
 def step_controls(last_step: int, *, key: str = "step") -> int:
-    """Draw the controls for steps 0..last_step and return the step to show."""
+    """Draw the controls for steps 0..last_step and return the step to show (each page keeps
+    its own step; the link parameter is `key`)."""
     if last_step < 0:
         raise ValueError(f"last_step must be >= 0, got {last_step}")
     playing_key, advance_key, page_key = f"{key}_playing", f"{key}_advance", f"{key}_page"
-    page = st.session_state.get(CURRENT_PAGE)
-    if st.session_state.get(page_key) != page:  # another page's step: start this one at 0
-        st.session_state[page_key] = page
+    if st.session_state.get(page_key) != current_page():  # another page was playing
+        st.session_state[page_key] = current_page()
         st.session_state[playing_key] = False
-        if key in st.session_state and key not in st.query_params:
-            st.session_state[key] = 0
+        st.session_state.pop(advance_key, None)
     if st.session_state.pop(advance_key, False):
         st.session_state[key] = min(int(st.session_state.get(key) or 0) + 1, last_step)
     current = st.session_state.get(key)
-    if current is not None and not 0 <= current <= last_step:  # the range shrank
-        st.session_state[key] = min(max(int(current), 0), last_step)
+    if isinstance(current, int) and current > last_step:  # the range shrank: the last step
+        st.session_state[key] = last_step
 
     with st.container(key=f"{key}_controls"):
         buttons = st.container()
         if last_step > 0:
-            check_link_value(key, int, lambda v: 0 <= v <= last_step,
-                             f"a step from 0 to {last_step}")
             # No value=: the default is min_value (0), and the buttons set the value through
             # session state, which Streamlit would flag next to an explicit default.
-            step = int(st.slider(f"Step (0 to {last_step})", min_value=0, max_value=last_step,
-                                 step=1, key=key, bind="query-params",
-                                 help="Drag to jump to any step; every step is replayed "
-                                      "exactly from the seed."))
+            step = int(bind_param(
+                key, 0, parse_int, lambda v: isinstance(v, int) and 0 <= v <= last_step,
+                f"a step from 0 to {last_step}", str,
+                lambda k: st.slider(f"Step (0 to {last_step})", min_value=0,
+                                    max_value=last_step, step=1, key=k,
+                                    help="Drag to jump to any step; every step is replayed "
+                                         "exactly from the seed.")))
         else:
             step = 0
+            register(key, "0", "0")
+        # A new step (a button, the slider, Play): the page's main figure scrolls into view.
+        st.session_state[STEP_MOVED] = st.session_state.get(f"{key}_shown") not in (None, step)
+        st.session_state[f"{key}_shown"] = step
         if step >= last_step:
             st.session_state[playing_key] = False
         playing = bool(st.session_state.get(playing_key, False))
         with buttons:
             _buttons(key, step, last_step, playing)
-    register(key, step)
     if playing:
         _ticker(key, SPEEDS[st.session_state.get(f"{key}_speed", DEFAULT_SPEED)])
     return step

@@ -117,7 +117,7 @@ def wait_settled(page, *, start_grace_ms: int = 250, quiet_ms: int = 300) -> Non
 def open_page(page, url: str) -> None:
     """Load a page of the app and wait for its first run to finish."""
     page.goto(url, wait_until="domcontentloaded")
-    page.wait_for_selector('[data-testid="stSidebar"]', timeout=SETTLE_TIMEOUT_MS)
+    page.wait_for_selector('[data-testid="stSidebar"]', state="attached", timeout=SETTLE_TIMEOUT_MS)
     page.wait_for_selector('[data-testid="stMainBlockContainer"] h1',
                            timeout=SETTLE_TIMEOUT_MS)
     wait_settled(page, start_grace_ms=1000)

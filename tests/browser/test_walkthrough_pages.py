@@ -26,7 +26,7 @@ def metric_values(page) -> list[str]:
 
 
 def copied_link(page) -> str:
-    return page.locator('[data-testid="stSidebar"] [data-testid="stCode"] code').inner_text()
+    return page.locator('.st-key-copy_link code').inner_text()
 
 
 @pytest.mark.parametrize("path", ["block_tables", "attention"])
