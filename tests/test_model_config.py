@@ -95,6 +95,12 @@ def test_other_families_names_for_the_same_keys() -> None:
     assert (mpt.num_kv_heads, mpt.max_position_embeddings) == (8, 8192)
 
 
+def test_chunked_local_attention_is_named_not_hidden() -> None:
+    spec = read({**LLAMA, "attention_chunk_size": 8192})
+    assert spec.num_sliding_layers == 0
+    assert any("chunked local attention is not modelled" in note for note in spec.notes)
+
+
 def test_an_unknown_family_says_the_generic_rules_apply() -> None:
     spec = read({**LLAMA, "model_type": "brand_new"})
     assert any("not in the lab's table" in note for note in spec.notes)

@@ -204,6 +204,11 @@ def _sliding(fields: _Fields, layers: int) -> tuple[int, int]:
     """(window, number of sliding-window layers): from layer_types when the file has it, else
     from the sliding pattern (the file's or the family's default), else every layer slides."""
     window = fields.whole("sliding_window", "sliding_window")
+    if fields.present("attention_chunk_size"):  # Llama 4
+        fields.notes.append("attention_chunk_size: chunked local attention is not modelled; "
+                            "those layers count as full attention here (vLLM's "
+                            "ChunkedLocalAttentionSpec keeps at most one chunk plus one "
+                            "prefill batch)")
     types = fields.config.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or not all(isinstance(t, str) for t in types):

@@ -207,7 +207,8 @@ def _fill_defaults(resolved: Resolved) -> None:
 # Defaults worth a note: they change the KV cache or the layer pattern.
 _NOTED = {"num_key_value_heads", "head_dim", "sliding_window", "sliding_window_pattern",
           "num_attention_heads", "num_hidden_layers", "multi_query",
-          "new_decoder_architecture", "kv_lora_rank", "qk_rope_head_dim"}
+          "new_decoder_architecture", "kv_lora_rank", "qk_rope_head_dim",
+          "max_position_embeddings"}
 
 
 def _multi_query(resolved: Resolved) -> None:
