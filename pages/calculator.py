@@ -1,6 +1,9 @@
-"""KV-size calculator: the guide's tensor formula for a real model, and a capacity sheet."""
+"""KV-size calculator: the guide's tensor formula for a real model, and two capacity sheets,
+the guide's plain one and vLLM's own computation as the engine will log it."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import streamlit as st
 
@@ -11,14 +14,24 @@ from lab.sizing.capacity import (
     LAB_MAX_BLOCKS,
     LAB_MIN_BLOCKS,
     capacity_sheet,
+    fitting_tp,
     lab_pool,
     load_gpus,
-    weight_bytes_per_gpu,
 )
 from lab.sizing.config_reader import MAX_CONFIG_BYTES, read_hf_config
 from lab.sizing.kv_formula import KV_DTYPES, batch_latex, format_bytes, kv_layout, per_token_latex
-from lab.sizing.model_spec import LIMITS, WEIGHT_DTYPES, ConfigError, ModelSpec, load_presets
-from ui.layout import explain, settings, show_figure
+from lab.sizing.model_spec import LIMITS, ConfigError, ModelSpec, load_presets
+from lab.sizing.sheet_differences import differences
+from lab.sizing.vllm_sheet import (
+    default_max_num_batched_tokens,
+    default_max_num_seqs,
+    engine_block_size,
+    log_lines,
+    sheet_lines,
+    vllm_sheet_from_gpu,
+)
+from lab.sizing.weights import WEIGHT_DTYPES, WEIGHT_FORMATS
+from ui.layout import bullets, explain, settings, show_figure
 from ui.sidebar import sidebar
 from ui.state import choice_param, float_param, int_param
 
@@ -29,6 +42,9 @@ DEFAULT_PRESET = "Llama-3.1-8B"
 CUSTOM = "Custom"
 LAST_PRESET = "_calc_last_preset"  # session_state: the preset whose values fill the fields
 CONFIG_NOTES, CONFIG_ERRORS = "_calc_config_notes", "_calc_config_errors"
+CONFIG_SPEC = "_calc_config_spec"  # the last config.json read: the Custom model's weights
+MAX_LEN_KEY, DEFAULT_MAX_LEN = "max_model_len", 8192
+TP_CHOICES = [1, 2, 4, 8, 16, 32, 64]
 # Model fields: (widget key = link parameter, ModelSpec field, label).
 FIELDS = [
     ("layers", "num_layers", "Layers"),
@@ -50,6 +66,7 @@ def _fill(spec: ModelSpec) -> None:
         st.session_state[key] = getattr(spec, name)
     st.session_state[PARAMS_KEY] = round(spec.num_params / 1e9, 3)
     st.session_state[WEIGHT_KEY] = spec.weight_dtype
+    st.session_state[MAX_LEN_KEY] = spec.max_position_embeddings or DEFAULT_MAX_LEN
 
 
 def _load_config(data: str | bytes, name: str) -> None:
@@ -62,6 +79,7 @@ def _load_config(data: str | bytes, name: str) -> None:
     _fill(spec)
     st.session_state["model"] = st.session_state[LAST_PRESET] = CUSTOM
     st.session_state[CONFIG_ERRORS], st.session_state[CONFIG_NOTES] = {}, list(spec.notes)
+    st.session_state[CONFIG_SPEC] = spec
 
 
 def _on_paste() -> None:
@@ -81,7 +99,10 @@ explain(
     "grouped-query attention (the KV-head term is the number of *KV* heads), explicit head "
     "dimensions, DeepSeek's MLA (one latent per token, no factor 2) and sliding-window layers "
     "(which keep at most `window` tokens). Paging does not change these bytes; it changes how "
-    "well the pool packs them. Pick a preset, paste a `config.json`, or type every field."
+    "well the pool packs them. Pick a preset, paste a `config.json` exactly as published (the "
+    "keys it leaves out get the values transformers fills in, as vLLM sees them), or type "
+    "every field. The capacity sheet then works the guide's formula beside vLLM's own "
+    "computation, line by line as the engine logs it."
 )
 
 # -- model -----------------------------------------------------------------------------------
@@ -94,7 +115,8 @@ with settings("Model"):
     if last is not None and preset != last and preset != CUSTOM:
         _fill(PRESETS[preset])  # the user picked another preset: its values replace the fields
     st.session_state[LAST_PRESET] = preset
-    base = PRESETS.get(preset, PRESETS[DEFAULT_PRESET])  # defaults of the fields (and the link)
+    # Defaults of the fields (and the link), and the weights the fields do not show.
+    base = PRESETS.get(preset) or st.session_state.get(CONFIG_SPEC) or PRESETS[DEFAULT_PRESET]
     with top[1]:
         with st.expander("Read a Hugging Face config.json (paste or upload)"):
             st.text_area("Paste config.json", key="config_text", height=140,
@@ -121,8 +143,14 @@ with settings("Model"):
                                widget="number")
     spec: ModelSpec | None = None
     try:
-        spec = ModelSpec(name=preset, num_params=int(params_b * 1e9), **values,
-                         weight_dtype=base.weight_dtype, source=base.source)
+        # The field shows billions to 3 decimals; unless it was edited, keep the exact count.
+        unedited = params_b == round(base.num_params / 1e9, 3)
+        params = base.num_params if unedited else int(params_b * 1e9)
+        shares = (base.unquantized_params, base.expert_params) if base.num_params else (0, 0)
+        if params != base.num_params and base.num_params:  # keep the parts' proportions
+            shares = tuple(params * n // base.num_params for n in shares)
+        spec = replace(base, name=preset, num_params=params, unquantized_params=shares[0],
+                       expert_params=shares[1], notes=(), **values)
     except ConfigError as err:
         for name, why in err.errors.items():
             (slots.get(name) or st).error(why)
@@ -147,7 +175,7 @@ with settings("Workload"):
     with cols[3]:
         block_size = choice_param("Block size", "block", [8, 16, 32, 64, 128], default=16)
     with cols[4]:
-        tp = choice_param("Tensor-parallel GPUs", "tp", [1, 2, 4, 8, 16, 32, 64], default=1)
+        tp = choice_param("Tensor-parallel GPUs", "tp", TP_CHOICES, default=1)
     st.caption(f"KV dtype {KV_DTYPES[dtype_key].label}: {KV_DTYPES[dtype_key].assumption}")
     if spec is None:
         st.stop()  # the model fields above say what to fix
@@ -197,10 +225,10 @@ if spec.num_sliding_layers:
                    f"{layout.window_tokens(context):,} tokens (window {spec.sliding_window:,})",
                    format_bytes(layout.sliding_bytes(context) * batch).split(" (")[0])
 
-# -- capacity sheet --------------------------------------------------------------------------
+# -- capacity sheets -------------------------------------------------------------------------
 st.header("Capacity sheet")
 gpus = load_gpus()
-with settings("GPU"):
+with settings("GPU and engine"):
     cols = st.columns(5)
     with cols[0]:
         gpu_name = choice_param("GPU", "gpu", [*gpus, CUSTOM], default="H100 80 GB")
@@ -215,54 +243,113 @@ with settings("GPU"):
                                        "whole card the engine may use, not a fraction of "
                                        "what is free.")
     with cols[3]:
-        reserve_gib = float_param("Activations + runtime reserve (GiB)", "reserve_gib",
-                                  default=2.0, min_value=0.0, max_value=1024.0, step=0.5,
-                                  widget="number")
+        reserve_gib = float_param("Non-KV reserve (GiB)", "reserve_gib", default=2.0,
+                                  min_value=0.0, max_value=1024.0, step=0.5, widget="number",
+                                  help="Activations, non-torch memory and CUDA graphs: what "
+                                       "vLLM's profile run measures beside the weights.")
     with cols[4]:
         weight_dtype = choice_param("Weight dtype", WEIGHT_KEY, list(WEIGHT_DTYPES),
-                                    default=base.weight_dtype)
-gpu_bytes = int(gpu_gib * GIB) if gpu_name == CUSTOM else gpus[gpu_name].memory_bytes
-sheet = capacity_sheet(layout, gpu_bytes=gpu_bytes, utilization=utilization,
-                       weight_bytes=weight_bytes_per_gpu(spec.num_params, weight_dtype, tp),
-                       reserve_bytes=int(reserve_gib * GIB), block_size=block_size,
+                                    default=base.weight_dtype,
+                                    help="As vLLM loads them: a float32 checkpoint loads in "
+                                         "bf16; quantized ones keep their format.")
+    cols = st.columns(3)
+    with cols[0]:
+        max_model_len = int_param("max_model_len", MAX_LEN_KEY,
+                                  default=spec.max_position_embeddings or DEFAULT_MAX_LEN,
+                                  min_value=1, max_value=LIMITS["max_position_embeddings"][1],
+                                  widget="number", help="vLLM logs its concurrency for "
+                                  "requests this long; by default the model's context.")
+    with cols[1]:
+        batched = int_param("max_num_batched_tokens (0 = vllm serve's default)", "batched",
+                            default=0, min_value=0, max_value=1 << 20, widget="number",
+                            help="The token budget of one step; a sliding-window layer "
+                                 "keeps room for one such prefill chunk.")
+custom_gpu = gpu_name == CUSTOM
+driver_bytes = int(gpu_gib * GIB) if custom_gpu else gpus[gpu_name].memory_bytes
+cuda_bytes = driver_bytes if custom_gpu else gpus[gpu_name].cuda_bytes
+batched = batched or default_max_num_batched_tokens(gpu_name, cuda_bytes)
+weights = spec.weight_bytes(tp, weight_dtype)
+reserve = int(reserve_gib * GIB)
+plain = capacity_sheet(layout, gpu_bytes=driver_bytes, utilization=utilization,
+                       weight_bytes=weights, reserve_bytes=reserve, block_size=block_size,
                        context=context)
-if gpu_name != CUSTOM:
-    st.caption(f"{gpu_name}: {gpus[gpu_name].marketed}; {gpus[gpu_name].source}.")
-sheet_rows = [
-    ("card memory", format_bytes(sheet.gpu_bytes)),
-    (f"× gpu_memory_utilization {utilization:g}", format_bytes(sheet.usable_bytes)),
-    (f"− weights: {spec.num_params / 1e9:,.2f} B params × {weight_dtype} / tp {tp}",
-     format_bytes(sheet.weight_bytes)),
-    ("− activations + runtime reserve", format_bytes(sheet.reserve_bytes)),
-    ("= KV budget", format_bytes(max(sheet.kv_budget_bytes, 0))),
-    (f"÷ block bytes ({block_size} slots × all layers)", format_bytes(sheet.block_bytes)),
-    ("= KV blocks in the pool", f"{sheet.num_blocks:,}"),
-    ("= tokens the pool holds", f"{sheet.num_tokens:,}"),
-    (f"blocks one {context:,}-token sequence needs", f"{sheet.seq_blocks:,.1f}"),
-    (f"maximum concurrency for {context:,} tokens", f"{sheet.max_concurrency:,.2f}x"),
-]
-st.table({"step": [r[0] for r in sheet_rows], "value": [r[1] for r in sheet_rows]})
-if sheet.kv_budget_bytes <= 0:
-    st.error(f"The weights and the reserve need {format_bytes(-sheet.kv_budget_bytes)} more "
-             "than the engine may use: no room for any KV block. Use more GPUs (tensor "
-             "parallel), a smaller weight dtype, or a larger card.")
-elif sheet.num_blocks >= LAB_MIN_BLOCKS:
-    lab_blocks, scale = lab_pool(sheet.num_blocks)
+engine_block, block_note = engine_block_size(layout, block_size)
+sheet = vllm_sheet_from_gpu(layout, total_memory=cuda_bytes, utilization=utilization,
+                            weights_memory=weights, other_memory=reserve,
+                            block_size=engine_block, max_model_len=max_model_len,
+                            max_num_batched_tokens=batched)
+if custom_gpu:
+    st.caption("A custom card: both sheets start from the memory you typed.")
+else:
+    g = gpus[gpu_name]
+    st.caption(f"{gpu_name}: {g.marketed}. The driver lists {g.memory_gib:g} GiB ({g.source}); "
+               f"CUDA reports {g.cuda_total_mib:,} MiB ({g.cuda_source}).")
+fmt = WEIGHT_FORMATS[weight_dtype]
+st.caption(f"Weights {fmt.label}: {spec.num_params / 1e9:,.2f} B parameters"
+           + (f", {spec.unquantized_params / 1e9:,.2f} B of them kept in 16 bits"
+              if fmt.bits < 16 else "") + (f"; {fmt.note}" if fmt.note else "")
+           + (f"; {spec.weight_group_size} weights per scale" if fmt.grouped else "") + ".")
+if dtype_key not in ("fp16", "fp8"):
+    st.caption(f"vLLM's kv_cache_dtype has no {KV_DTYPES[dtype_key].label} (auto is the "
+               "model's 16-bit dtype, or fp8): its sheet below uses the lab's bytes for it.")
+
+left, right = st.columns([2, 3])
+with left:
+    st.subheader("The guide's formula")
+    plain_rows = [
+        ("card memory (the driver's total)", format_bytes(plain.gpu_bytes)),
+        (f"× gpu_memory_utilization {utilization:g}", format_bytes(plain.usable_bytes)),
+        (f"− weights ({weight_dtype}, / tp {tp})", format_bytes(plain.weight_bytes)),
+        ("− non-KV reserve", format_bytes(plain.reserve_bytes)),
+        ("= KV budget", format_bytes(max(plain.kv_budget_bytes, 0))),
+        (f"÷ block bytes ({block_size} slots × all layers)", format_bytes(plain.block_bytes)),
+        ("= KV blocks in the pool", f"{plain.num_blocks:,}"),
+        ("= tokens the pool holds", f"{plain.num_tokens:,}"),
+        (f"blocks one {context:,}-token sequence needs", f"{plain.seq_blocks:,.1f}"),
+        (f"maximum concurrency for {context:,} tokens", f"{plain.max_concurrency:,.2f}x"),
+    ]
+    st.table({"step": [r[0] for r in plain_rows], "value": [r[1] for r in plain_rows]})
+with right:
+    st.subheader("Where vLLM's computation parts from it")
+    bullets(differences(layout, plain, sheet, block_size,
+                        default_max_num_seqs(gpu_name, cuda_bytes)))
+st.subheader("As vLLM will log it")
+lines = sheet_lines(sheet)
+st.table({"step": [x.step for x in lines], "value": [x.value for x in lines],
+          "vLLM source": [x.source for x in lines]})
+if block_note:
+    st.caption(block_note + ".")
+if failure := sheet.failure():
+    st.error(f"vLLM would stop here: {failure}", icon="🛑")
+st.markdown("The start-up lines vLLM prints for these settings (compare them with a real log "
+            "on the *Inspect a real engine* page):")
+st.code("\n".join(log_lines(sheet)), language="text")
+
+if plain.kv_budget_bytes <= 0:
+    enough = fitting_tp(spec, weight_dtype, plain.usable_bytes, reserve, TP_CHOICES)
+    st.error(f"The weights and the reserve need {format_bytes(-plain.kv_budget_bytes)} more "
+             "than the engine may use: no room for any KV block. "
+             + (f"Tensor parallel {enough} would leave room "
+                f"({format_bytes(spec.weight_bytes(enough, weight_dtype))} of weights per "
+                "GPU); " if enough else "") + "a smaller weight dtype or a larger card helps "
+             "too.")
+elif plain.num_blocks >= LAB_MIN_BLOCKS:
+    lab_blocks, scale = lab_pool(plain.num_blocks)
     lab_block_size = min(block_size, LAB_MAX_BLOCK_SIZE)
     st.link_button("Open the block-table walkthrough with a pool of this size",
                    f"block_tables?num_blocks={lab_blocks}&block_size={lab_block_size}")
     st.caption(f"The walkthrough animates at most {LAB_MAX_BLOCKS} blocks, so it gets "
                f"{lab_blocks} blocks of {lab_block_size} slots, each standing for {scale:,} of "
-               f"this card's {sheet.num_blocks:,} blocks (scale 1:{scale:,})."
+               f"the plain sheet's {plain.num_blocks:,} blocks (scale 1:{scale:,})."
                + (f" Block size {block_size} is above its largest, {LAB_MAX_BLOCK_SIZE}."
                   if lab_block_size != block_size else ""))
 else:
-    st.warning(f"Only {sheet.num_blocks} KV block(s) fit: too few to serve, or to animate.")
+    st.warning(f"Only {plain.num_blocks} KV block(s) fit: too few to serve, or to animate.")
 
 tabs = st.tabs(["KV memory vs context", "Weights vs KV cache", "KV dtype"])
 with tabs[0]:
-    show_figure(kv_vs_context_figure(layout, batch, context, sheet.kv_budget_bytes), "calc_ctx")
+    show_figure(kv_vs_context_figure(layout, batch, context, plain.kv_budget_bytes), "calc_ctx")
 with tabs[1]:
-    show_figure(memory_split_figure(sheet, seq_bytes * batch), "calc_split")
+    show_figure(memory_split_figure(plain, seq_bytes * batch), "calc_split")
 with tabs[2]:
     show_figure(kv_dtype_figure(layout, context, batch), "calc_dtype")

@@ -5,9 +5,16 @@ import math
 import streamlit as st
 
 from lab.figures.scheduler import bucket_figure
-from lab.sizing.capacity import GIB, kv_budget_sheet
-from lab.sizing.kv_formula import kv_layout
+from lab.sizing.capacity import GIB, load_gpus
+from lab.sizing.kv_formula import KV_DTYPES, kv_layout
 from lab.sizing.model_spec import load_presets
+from lab.sizing.vllm_sheet import (
+    default_max_num_batched_tokens,
+    engine_block_size,
+    log_lines,
+    vllm_sheet_from_gpu,
+)
+from lab.vllm.log_check import check_log, guess_preset
 from lab.vllm.metrics_text import (
     DISABLE_ENV,
     FETCH_TIMEOUT_S,
@@ -19,7 +26,6 @@ from lab.vllm.metrics_text import (
 from lab.vllm.startup_log import LogError, parse_startup_log
 from ui.layout import explain, show_figure
 from ui.sidebar import sidebar
-from ui.state import choice_param, int_param
 
 sidebar()
 st.title("Inspect a real engine")
@@ -28,7 +34,8 @@ explain(
     "waiting sequences, preemptions, time to first token, inter-token latency — is exactly what "
     "a vLLM server exports on its Prometheus `/metrics` endpoint. Paste that text (or give its "
     "URL) to read your engine the way the lab reads its own replays; paste the engine's startup "
-    "log to check its KV-cache sizing against the calculator's formula."
+    "log to check its KV-cache sizing, number by number, against the lab's vLLM sheet for the "
+    "same model, GPU and settings."
 )
 
 
@@ -100,38 +107,75 @@ if source:
                        "the Admission control page) are simulated times from its cost model.")
             show_figure(bucket_figure({"TTFT": view.ttft, "ITL": view.itl}), key="vllm_buckets")
 
-st.subheader("Its startup log, beside the calculator")
-log_text = st.text_area("Paste the engine's startup output (the KV-cache lines are enough)",
-                        key="vllm_log_text", height=140,
-                        placeholder="... # GPU blocks: 27901 ... GPU KV cache size: 446,416 "
-                                    "tokens ... Maximum concurrency for 8,192 tokens ...")
+st.subheader("Its startup log, beside the vLLM sheet")
+log_text = st.text_area("Paste the engine's startup output (the memory and KV-cache lines are "
+                        "enough)", key="vllm_log_text", height=140,
+                        placeholder="... Model loading took 14.99 GiB ... Available KV cache "
+                                    "memory: 54.62 GiB ... GPU KV cache size: 447,488 tokens ...")
 if log_text.strip():
     try:
         log = parse_startup_log(log_text)
     except LogError as err:
         st.error(str(err), icon="📜")
         st.stop()
-    left, middle, right = st.columns(3)
-    model = choice_param("Model it serves", "vllm_model", list(load_presets()),
-                         default="Llama-3.1-8B", container=left)
-    block_size = int_param("Block size", "vllm_block_size", default=log.implied_block_size() or 16,
-                           min_value=1, max_value=256, widget="number", container=middle)
-    context = int_param("Tokens per request (for concurrency)", "vllm_context",
-                        default=log.concurrency_tokens or 8192, min_value=1, max_value=1 << 20,
-                        widget="number", container=right)
-    rows = [{"quantity": "GPU blocks", "engine": _num(log.gpu_blocks)},
-            {"quantity": "KV cache size (tokens)", "engine": _num(log.kv_cache_tokens)},
-            {"quantity": f"maximum concurrency at {context:,} tokens",
-             "engine": "—" if log.max_concurrency is None else f"{log.max_concurrency:.2f}×"}]
-    if log.kv_memory_gib is not None:
-        sheet = kv_budget_sheet(kv_layout(load_presets()[model]), int(log.kv_memory_gib * GIB),
-                                block_size, context)
-        for row, value in zip(rows, (f"{sheet.num_blocks:,}", f"{sheet.num_tokens:,}",
-                                     f"{sheet.max_concurrency:.2f}×")):
-            row["calculator (from the logged KV memory)"] = value
-        st.caption(f"The calculator cuts the {log.kv_memory_gib:g} GiB the engine logged as "
-                   f"available KV memory into {block_size}-token blocks of {model}'s K/V.")
-    else:
-        st.caption("The log has no 'Available KV cache memory' line, so the calculator has no "
-                   "budget to start from: compare with the KV-size calculator page instead.")
-    st.dataframe(rows, hide_index=True, width="stretch")
+    presets, gpus = load_presets(), load_gpus()
+
+    def _within(value: float | None, low: float, high: float, default: float) -> float:
+        """A logged number as a widget default, kept inside the widget's range."""
+        return default if value is None else min(max(value, low), high)
+
+    if st.session_state.get("_vllm_log_read") != log_text:  # a new log: its settings apply
+        for key in [k for k in st.session_state if str(k).startswith("vllm_set_")]:
+            del st.session_state[key]
+        st.session_state["_vllm_log_read"] = log_text
+    logged_gpu = "total_gpu_memory from the log"
+    gpu_names = ([logged_gpu] if log.total_gpu_gib else []) + list(gpus)
+    row = st.columns(4)
+    model = row[0].selectbox("Model it serves", list(presets), key="vllm_set_model",
+                             index=list(presets).index(guess_preset(log.model, presets)
+                                                       or "Llama-3.1-8B"))
+    gpu_name = row[1].selectbox("GPU", gpu_names, key="vllm_set_gpu",
+                                index=gpu_names.index("H100 80 GB") if not log.total_gpu_gib
+                                else 0)
+    util = row[2].number_input("gpu_memory_utilization", 0.05, 1.0,
+                               _within(log.utilization, 0.05, 1.0, 0.9), 0.01,
+                               key="vllm_set_util")
+    tp = row[3].number_input("Tensor-parallel size", 1, 64,
+                             int(_within(log.tensor_parallel_size, 1, 64, 1)), key="vllm_set_tp")
+    spec = presets[model]
+    row = st.columns(4)
+    kv_dtype = row[0].selectbox("KV cache dtype", ["fp16", "fp8"], key="vllm_set_kv",
+                                index=int(str(log.kv_cache_dtype).startswith("fp8")),
+                                format_func=lambda k: "auto (16-bit)" if k == "fp16" else k)
+    block = row[1].number_input("Block size", 1, 256,
+                                int(_within(log.implied_block_size(), 1, 256, 16)),
+                                key="vllm_set_block")
+    max_len = row[2].number_input("max_model_len", 1, 1 << 31, int(_within(
+        log.concurrency_tokens or log.max_model_len, 1, 1 << 31,
+        spec.max_position_embeddings or 8192)), key="vllm_set_len")
+    reserve = row[3].number_input("Reserve beside the weights (GiB)", 0.0, 1024.0,
+                                  round(_within(log.profiled_gib, 0.0, 1024.0, 2.0), 2), 0.1,
+                                  key="vllm_set_reserve")
+    total = (int(_within(log.total_gpu_gib, 1, 1 << 20, 80) * GIB) if gpu_name == logged_gpu
+             else gpus[gpu_name].cuda_bytes)
+    layout = kv_layout(spec, kv_dtype, int(tp))
+    block, block_note = engine_block_size(layout, int(block))
+    card = vllm_sheet_from_gpu(
+        layout, total_memory=total, utilization=util, weights_memory=spec.weight_bytes(int(tp)),
+        other_memory=int(reserve * GIB), block_size=block, max_model_len=int(max_len),
+        max_num_batched_tokens=log.max_num_batched_tokens
+        or default_max_num_batched_tokens(gpu_name, total))
+    st.caption(f"{model}, {KV_DTYPES[kv_dtype].label} KV cache, tensor parallel {int(tp)}, "
+               f"block size {block}, max_num_batched_tokens {card.max_num_batched_tokens:,}"
+               + (f" ({block_note})" if block_note else "") + ". The settings start from what "
+               "the log says (its engine config line, its block and token counts); change "
+               "them to match the engine you ran.")
+    checks = check_log(log, card, layout)
+    st.table({"quantity": [c.quantity for c in checks],  # a table wraps the long reasons
+              "engine log": [c.engine for c in checks],
+              "sheet from the log's KV memory": [c.from_log_memory for c in checks],
+              "sheet from the card": [c.from_card for c in checks],
+              "agrees": [{True: "✓", False: "✗", None: ""}[c.agrees] for c in checks],
+              "why": [c.why for c in checks]})
+    st.markdown("The lab's vLLM sheet for these settings would log:")
+    st.code("\n".join(log_lines(card)), language="text")

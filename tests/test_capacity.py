@@ -1,4 +1,5 @@
-"""The capacity sheet: vLLM's accounting, from card memory to blocks and concurrency."""
+"""The guide's capacity sheet (from card memory to blocks and concurrency), the GPU presets,
+and weight bytes per format. vLLM's own sheet is tests/test_vllm_sheet.py."""
 
 from __future__ import annotations
 
@@ -49,8 +50,23 @@ def test_weights_are_sharded_by_tensor_parallelism() -> None:
     params = load_presets()["Llama-3.1-70B"].num_params
     assert weight_bytes_per_gpu(params, "bf16") == 2 * params
     assert weight_bytes_per_gpu(params, "bf16", tp=4) == -(-2 * params // 4)
+    assert weight_bytes_per_gpu(params, "fp32") == 4 * params
     assert weight_bytes_per_gpu(params, "fp8") == params
-    assert weight_bytes_per_gpu(params, "int4") == params // 2
+
+
+def test_quantized_formats_count_their_scales_and_keep_16_bit_parts() -> None:
+    # int4, group 128: 4 bits + (16-bit scale + 4-bit zero) / 128 = 0.51953 B per weight.
+    assert weight_bytes_per_gpu(1_280_000, "int4") == 1_280_000 * (4 + 20 / 128) / 8
+    assert weight_bytes_per_gpu(1_280_000, "int4", group_size=0) == 640_000  # per channel
+    assert weight_bytes_per_gpu(1_280_000, "int8", group_size=64) == 1_280_000 * (8 + 24 / 64) / 8
+    # 1,000 of 1,280,000 kept in 16 bits (embeddings, norms): 2 B each.
+    assert weight_bytes_per_gpu(1_280_000, "fp8", unquantized_params=1_000) == 1_279_000 + 2_000
+    # mxfp4 quantizes the experts only: 4.25 bits each; the rest stays bf16.
+    assert weight_bytes_per_gpu(1_280_000, "mxfp4", expert_params=1_024_000) == (
+        1_024_000 * 4.25 / 8 + 256_000 * 2)
+    # A dense model in mxfp4: every weight but the unquantized ones.
+    assert weight_bytes_per_gpu(1_280_000, "mxfp4", unquantized_params=280_000) == (
+        1_000_000 * 4.25 / 8 + 280_000 * 2)
 
 
 def test_weights_that_do_not_fit_leave_no_blocks() -> None:
@@ -90,9 +106,14 @@ def test_gpu_presets() -> None:
                  "RTX 4090", "MI300X"):
         assert name in gpus
     for gpu in gpus.values():
-        assert 16 < gpu.memory_gib < 256 and gpu.source and gpu.marketed
+        assert 16 < gpu.memory_gib < 256 and gpu.source and gpu.marketed and gpu.cuda_source
         assert gpu.memory_bytes == int(gpu.memory_gib * GIB)
+        assert gpu.cuda_bytes == gpu.cuda_total_mib << 20
+        # CUDA reports at most what the driver lists, and never much less (ROCm's figures
+        # come from two different tools, hence the slack).
+        assert 0.97 < gpu.cuda_bytes / gpu.memory_bytes < 1.002, gpu.name
     assert gpus["H200 141 GB"].memory_gib > gpus["H100 80 GB"].memory_gib
+    assert gpus["H100 80 GB"].cuda_total_mib == 81_089  # 79.19 GiB, vs nvidia-smi's 79.65
 
 
 @pytest.mark.parametrize("num_blocks", [0, 1, 63, 64, 65, 5693, 10**7])

@@ -23,13 +23,22 @@ GOLDEN_BYTES_PER_TOKEN = {
     "Qwen3-30B-A3B": 2 * 48 * 4 * 128 * 2,  # explicit head_dim 128 (hidden / heads = 64)
     "Gemma-2-9B": 2 * 42 * 8 * 256 * 2,  # explicit head_dim 256 (hidden / heads = 224)
     "Gemma-3-4B": 2 * 34 * 4 * 256 * 2,
+    "Gemma-3-27B": 2 * 62 * 16 * 128 * 2,  # 507,904
     "Phi-3-mini-4k": 2 * 32 * 32 * 96 * 2,  # MHA, head_dim 96
+    "Falcon-7B": 2 * 32 * 1 * 64 * 2,  # 8,192: multi_query, one KV head
+    "Falcon-40B": 2 * 60 * 8 * 64 * 2,  # 122,880
+    "Command-R7B": 2 * 32 * 8 * 128 * 2,
+    "GPT-OSS-20B": 2 * 24 * 8 * 64 * 2,  # 49,152
+    "GPT-OSS-120B": 2 * 36 * 8 * 64 * 2,  # 73,728
+    "DeepSeek-V2-Lite": 27 * (512 + 64) * 2,  # 31,104
     "DeepSeek-V3": 61 * (512 + 64) * 2,  # 70,272: one latent, no factor 2
     "SmolLM2-135M": 2 * 30 * 3 * 64 * 2,  # 23,040
 }
 # (sliding-window layers, window) for the presets that have them.
 GOLDEN_SLIDING = {"Mistral-7B-v0.1": (32, 4096), "Gemma-2-9B": (21, 4096),
-                  "Gemma-3-4B": (29, 1024), "Phi-3-mini-4k": (32, 2047)}
+                  "Gemma-3-4B": (29, 1024), "Gemma-3-27B": (52, 1024),
+                  "Phi-3-mini-4k": (32, 2047), "Command-R7B": (24, 4096),
+                  "GPT-OSS-20B": (12, 128), "GPT-OSS-120B": (18, 128)}
 
 
 def test_every_preset_has_a_golden_value() -> None:

@@ -1,8 +1,8 @@
-"""AppTest for the KV-size calculator page: presets, pasted configs, extreme input, shared links."""
+"""AppTest for the KV-size calculator page: presets, pasted real configs, both capacity sheets,
+extreme input, shared links."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from urllib.parse import parse_qs
 
@@ -11,9 +11,10 @@ from streamlit.testing.v1 import AppTest
 
 from lab.sizing.model_spec import load_presets
 from tests.test_kv_formula import GOLDEN_BYTES_PER_TOKEN
-from tests.test_model_config import GEMMA_2_9B
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "calculator.py")
+CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
+PLAIN, VLLM = 1, 2  # the tables after the KV-size table: the guide's sheet, vLLM's sheet
 
 
 def run_page(query: dict[str, str] | None = None) -> AppTest:
@@ -36,12 +37,29 @@ def shared_link(at: AppTest) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(url.split("?", 1)[1]).items()}
 
 
-def test_default_page_renders_the_formula_and_the_sheet() -> None:
+def paste(at: AppTest, file: str) -> AppTest:
+    at.text_area(key="config_text").input((CONFIGS / file).read_text())
+    return at.button(key="config_read").click().run()
+
+
+def vllm_values(at: AppTest) -> dict[str, str]:
+    sheet = at.table[VLLM].value
+    return dict(zip(sheet["step"].tolist(), sheet["value"].tolist(), strict=True))
+
+
+def test_default_page_renders_the_formula_and_both_sheets() -> None:
     at = run_page()
     assert not at.exception and not at.error
     assert "131{,}072" in latex(at)  # Llama-3.1-8B: 2 x 32 x 8 x 128 x 2
-    sheet = at.table[1].value
+    sheet = at.table[PLAIN].value
     assert "maximum concurrency for 8,192 tokens" in sheet["step"].tolist()
+    assert sheet["value"].tolist()[6] == "28,020"  # the guide's formula from nvidia-smi's total
+    values = vllm_values(at)  # tests/test_vllm_sheet.py works these out by hand
+    assert values["num_gpu_blocks = available // page_size // layers per group"] == "27,807"
+    assert values["Maximum concurrency for 131,072 tokens per request"] == "3.39x"
+    assert "get_num_blocks" in at.table[VLLM].value["vLLM source"].tolist()
+    assert "GPU KV cache size: 444,912 tokens" in at.code[0].value
+    assert "what CUDA reports" in messages(at, "markdown")
     link = at.get("link_button")[0].proto.url
     assert link.startswith("block_tables?") and "block_size=16" in link and "num_blocks=" in link
     assert "scale 1:" in messages(at, "caption")
@@ -52,8 +70,9 @@ def test_each_preset_fills_the_fields_and_the_formula() -> None:
     for name in sorted(GOLDEN_BYTES_PER_TOKEN):
         at.selectbox(key="model").set_value(name).run()
         assert not at.exception, name
-        # Only Llama-3.1-405B and DeepSeek-V3 (weights alone exceed one H100) may complain.
-        assert all("no room for any KV block" in e.value for e in at.error), name
+        # The only complaints: models whose weights alone exceed one H100.
+        assert all("no room for any KV block" in e.value or "vLLM would stop" in e.value
+                   for e in at.error), name
         spec = load_presets()[name]
         assert at.number_input(key="layers").value == spec.num_layers
         assert at.number_input(key="sliding_layers").value == spec.num_sliding_layers
@@ -70,15 +89,42 @@ def test_fields_stay_editable_after_a_preset() -> None:
 
 
 def test_pasted_config_fills_the_fields() -> None:
-    at = run_page()
-    at.text_area(key="config_text").input(json.dumps(GEMMA_2_9B))
-    at.button(key="config_read").click().run()
+    at = paste(run_page(), "gemma-2-9b.json")
     assert not at.exception and not at.error
     assert at.selectbox(key="model").value == "Custom"
     assert at.number_input(key="head_dim").value == 256
     assert at.number_input(key="sliding_layers").value == 21
     assert "344{,}064" in latex(at)
-    assert "Gemma 2 alternates" in messages(at, "caption")
+    captions = messages(at, "caption")
+    assert "sliding_window_pattern absent: gemma2's default 2" in captions
+    assert "loads float32 checkpoints in bfloat16" in captions
+    assert at.selectbox(key="weight_dtype").value == "bf16"  # not fp32
+
+
+def test_the_issues_three_configs_pasted_as_published() -> None:
+    at = paste(run_page(), "falcon-7b.json")
+    assert not at.exception and not at.error
+    assert at.number_input(key="kv_heads").value == 1  # multi_query: one KV head
+    assert "8{,}192" in latex(at) and "multi_query: true" in messages(at, "caption")
+    assert at.number_input(key="max_model_len").value == 2048
+    at = paste(at, "gemma-3-27b-it.json")
+    assert (at.number_input(key="sliding_layers").value, at.number_input(key="window").value) \
+        == (52, 1024)
+    assert "1{,}107{,}296{,}256" in latex(at)  # 8k tokens: 10 full + 52 sliding layers
+    assert "7 × 10: 1 full attention, 6 sliding window (8 padding slots)" in vllm_values(
+        at).values()
+    at = paste(at, "deepseek-v3.json")
+    assert "70{,}272" in latex(at) and at.selectbox(key="weight_dtype").value == "fp8"
+    assert "Tensor parallel 16 would leave room" in messages(at)  # 627 GiB on one H100
+    at.selectbox(key="gpu").set_value("H200 141 GB").run()
+    at.selectbox(key="tp").set_value(8).run()
+    assert not at.exception and not at.error
+    values = vllm_values(at)
+    # The pasted file's parameters are the estimate, 671.03 B (the preset's 671 B gives
+    # 10,857 blocks in tests/test_vllm_sheet.py): 26 M more fp8 weights, one block fewer.
+    assert values["GPU KV cache size = blocks // groups × block_size"] == "694,784 tokens"
+    assert values["Maximum concurrency for 163,840 tokens per request"] == "4.24x"
+    assert "FlashMLA" in messages(at, "caption")
 
 
 @pytest.mark.parametrize(("text", "words"), [
@@ -130,6 +176,7 @@ def test_walkthrough_link_keeps_to_what_the_walkthrough_animates() -> None:
     assert "Block size 128 is above its largest, 64" in messages(at, "caption")
     at = run_page({"gpu": "Custom", "gpu_gib": "14.96", "util": "1.0", "reserve_gib": "0"})
     assert not at.get("link_button")  # 8.03 B params in bf16 leave 1 block
+    assert "vLLM would stop here: ValueError: To serve at least one request" in messages(at)
     assert "too few to serve" in messages(at, "warning")
 
 

@@ -86,10 +86,14 @@ def test_serving_metrics_page_reads_pasted_text_and_log() -> None:
     assert values["Running / waiting"] == "12 / 5"
     at.text_area(key="vllm_log_text").input(LOG).run()
     assert not at.exception
-    table = at.dataframe[-1].value
-    assert table["engine"].tolist()[:2] == ["27,901", "446,416"]
-    # 53.52 GiB of Llama-3.1-8B K/V (128 KiB per token) in 16-token blocks of 2 MiB each
-    assert table["calculator (from the logged KV memory)"].tolist()[0] == "27,402"
+    table = at.table[-1].value
+    engine = dict(zip(table["quantity"], table["engine log"], strict=True))
+    assert (engine["num_gpu_blocks"], engine["GPU KV cache size (tokens)"]) == (
+        "27,901", "446,416")
+    # 53.52 GiB of Llama-3.1-8B K/V (128 KiB per token) in 16-token blocks of 2 MiB each: the
+    # log's two decimals (53.515 to 53.525 GiB) leave room for 27,399 to 27,404 blocks.
+    sheet = dict(zip(table["quantity"], table["sheet from the log's KV memory"], strict=True))
+    assert sheet["num_gpu_blocks"] == "27,399 – 27,404"
     at.text_area(key="vllm_metrics_text").input("not metrics at all").run()
     assert "not a Prometheus sample" in text(at)
 

@@ -182,3 +182,127 @@ def test_startup_log():
     assert log.kv_memory_gib == 53.52 and log.implied_block_size() == 16
     with pytest.raises(LogError, match="no KV-cache lines"):
         parse_startup_log("INFO starting server\nINFO ready\n")
+
+
+# A vLLM v1 start-up in its wording (engine-core prefixes, the config line, the memory lines).
+# The values are ours, consistent with vLLM's arithmetic for Llama-3.1-8B: 54.71 GiB in 2 MiB
+# blocks is 28,008 to 28,014 blocks (the two decimals), and 28,013 x 16 = 448,208 tokens.
+V1_LOG = """\
+INFO 09-01 12:00:00 [core.py:70] Initializing a V1 LLM engine (v0.10.1) with config: \
+model='meta-llama/Llama-3.1-8B-Instruct', speculative_config=None, dtype=torch.bfloat16, \
+max_seq_len=131072, download_dir=None, load_format=auto, tensor_parallel_size=1, \
+pipeline_parallel_size=1, quantization=None, enforce_eager=False, kv_cache_dtype=auto
+INFO 09-01 12:00:01 [scheduler.py:222] Chunked prefill is enabled with max_num_batched_tokens=8192.
+(EngineCore_0 pid=123) INFO 09-01 12:00:20 [gpu_model_runner.py:1953] Model loading took \
+14.9889 GiB and 4.3 seconds
+(EngineCore_0 pid=123) INFO 09-01 12:00:40 [gpu_worker.py:276] Available KV cache memory: 54.71 GiB
+(EngineCore_0 pid=123) INFO 09-01 12:00:40 [kv_cache_utils.py:849] GPU KV cache size: 448,208 tokens
+(EngineCore_0 pid=123) INFO 09-01 12:00:40 [kv_cache_utils.py:853] Maximum concurrency for \
+131,072 tokens per request: 3.42x
+"""
+# A v0 start-up: the profile lines carry the numbers vLLM PR #10511 shows for Llama-3-8B on an
+# H100; the block lines are what v0 derives from them (53.288 GiB in 2 MiB blocks = 27,283).
+V0_LOG = """\
+INFO 12-13 19:54:18 worker.py:243] the current vLLM instance can use total_gpu_memory \
+(79.22GiB) x gpu_memory_utilization (0.90) = 71.29GiB
+INFO 12-13 19:54:18 worker.py:243] model weights take 14.96GiB; non_torch_memory takes 1.79GiB; \
+PyTorch activation peak memory takes 1.26GiB; the rest of the memory reserved for KV Cache is \
+53.29GiB.
+INFO 12-13 19:54:19 gpu_executor.py:76] # GPU blocks: 27283, # CPU blocks: 2048
+INFO 12-13 19:54:19 gpu_executor.py:80] Maximum concurrency for 8192 tokens per request: 53.29x
+"""
+
+
+def test_startup_log_reads_v1_and_v0_wordings():
+    v1 = parse_startup_log(V1_LOG)
+    assert (v1.model, v1.max_model_len, v1.tensor_parallel_size) == (
+        "meta-llama/Llama-3.1-8B-Instruct", 131072, 1)
+    assert (v1.kv_cache_dtype, v1.max_num_batched_tokens, v1.weights_gib) == (
+        "auto", 8192, 14.9889)
+    assert (v1.kv_memory_gib, v1.kv_cache_tokens, v1.max_concurrency) == (54.71, 448208, 3.42)
+    v0 = parse_startup_log(V0_LOG)
+    assert (v0.total_gpu_gib, v0.utilization, v0.weights_gib) == (79.22, 0.9, 14.96)
+    assert (v0.non_torch_gib, v0.activation_gib, v0.kv_memory_gib) == (1.79, 1.26, 53.29)
+    assert v0.profiled_gib == pytest.approx(3.05) and v0.gpu_blocks == 27283
+    assert v0.concurrency_tokens == 8192
+
+
+@pytest.mark.parametrize("text", [
+    "GPU KV cache size: " + "9" * 5000 + " tokens",
+    "Maximum concurrency for 1" + "0" * 400 + " tokens per request: 1e999x",
+    "Available KV cache memory: 99999999999999999999999.5 GiB\n" + "x" * 1000,
+])
+def test_hostile_startup_logs_read_or_fail_cleanly(text):
+    try:
+        log = parse_startup_log(text)
+    except LogError as err:
+        assert "no KV-cache lines" in str(err)
+    else:
+        assert isinstance(log.kv_memory_gib or log.kv_cache_tokens or 0, float | int)
+
+
+def _card(log_settings: dict | None = None, **kwargs):
+    from lab.sizing.capacity import load_gpus
+    from lab.sizing.kv_formula import kv_layout
+    from lab.sizing.model_spec import load_presets
+    from lab.sizing.vllm_sheet import vllm_sheet_from_gpu
+
+    spec = load_presets()["Llama-3.1-8B"]
+    layout = kv_layout(spec, kwargs.pop("dtype", "fp16"))
+    settings = {"total_memory": load_gpus()["H100 80 GB"].cuda_bytes, "utilization": 0.9,
+                "weights_memory": spec.weight_bytes(), "other_memory": int(1.6 * 2**30),
+                "block_size": 16, "max_model_len": 131072, "max_num_batched_tokens": 8192}
+    return layout, vllm_sheet_from_gpu(layout, **{**settings, **kwargs})
+
+
+def test_the_log_is_checked_number_by_number():
+    from lab.vllm.log_check import check_log
+
+    layout, card = _card()
+    rows = {c.quantity: c for c in check_log(parse_startup_log(V1_LOG), card, layout)}
+    assert rows["GPU KV cache size (tokens)"].agrees is True
+    assert rows["GPU KV cache size (tokens)"].engine == "448,208"
+    concurrency = rows["Maximum concurrency for 131,072 tokens per request"]
+    assert concurrency.agrees is True and concurrency.from_log_memory == "3.42"
+    weights = rows["model weights (GiB)"]
+    assert "RoPE's cos/sin table" in weights.why and "0.031 GiB" in weights.why
+    assert "+0.03 GiB in the log" in weights.why
+    assert "Available KV cache memory (GiB)" in rows
+
+
+def test_a_v0_log_splits_the_memory_gap_into_its_parts():
+    from lab.vllm.log_check import check_log
+
+    layout, card = _card(max_model_len=8192)
+    rows = {c.quantity: c for c in check_log(parse_startup_log(V0_LOG), card, layout)}
+    assert rows["total GPU memory (GiB)"].engine == "79.22"
+    assert rows["activation peak + non-torch + CUDA graphs (GiB)"].engine == "3.05"
+    why = rows["Available KV cache memory (GiB)"].why
+    assert "from the total memory" in why and "from the weights" in why
+    assert "from the profiled reserve" in why
+    assert rows["num_gpu_blocks"].agrees is True
+    assert rows["Maximum concurrency for 8,192 tokens per request"].agrees is True
+
+
+def test_a_mismatch_names_the_setting_that_likely_differs():
+    from lab.vllm.log_check import check_log
+
+    layout, card = _card(dtype="fp8")  # the engine ran bf16, the sheet says fp8
+    rows = {c.quantity: c for c in check_log(parse_startup_log(V1_LOG), card, layout)}
+    tokens = rows["GPU KV cache size (tokens)"]
+    assert tokens.agrees is False and "fp8 KV cache" in tokens.why
+    layout, card = _card(max_model_len=8192)
+    concurrency = next(c for c in check_log(parse_startup_log(V1_LOG), card, layout)
+                       if c.quantity.startswith("Maximum concurrency"))
+    assert concurrency.agrees is False and "set max_model_len to 131,072" in concurrency.why
+
+
+def test_the_preset_is_guessed_from_the_model_id():
+    from lab.vllm.log_check import guess_preset
+
+    names = ["Llama-3.1-8B", "Llama-3.1-70B", "Gemma-3-27B", "DeepSeek-V3"]
+    assert guess_preset("meta-llama/Llama-3.1-8B-Instruct", names) == "Llama-3.1-8B"
+    assert guess_preset("meta-llama/Meta-Llama-3.1-70B-Instruct", names) == "Llama-3.1-70B"
+    assert guess_preset("google/gemma-3-27b-it", names) == "Gemma-3-27B"
+    assert guess_preset("/models/DeepSeek-V3-0324/", names) == "DeepSeek-V3"
+    assert guess_preset("some/other-model", names) is None and guess_preset(None, names) is None

@@ -41,16 +41,23 @@ def kv_vs_context_figure(layout: KVLayout, batch: int, context: int,
     if kv_budget_bytes is not None and kv_budget_bytes > 0:
         fig.add_hline(y=kv_budget_bytes / GIB, line_color=BUDGET_COLOR, line_dash="dash",
                       annotation_text=f"KV budget of the card: {kv_budget_bytes / GIB:,.1f} GiB",
-                      annotation_position="top left")
+                      annotation_position="bottom right")
     fig.add_vline(x=context, line_color="gray", line_dash="dot",
                   annotation_text=f"{context:,} tokens", annotation_position="bottom right")
     if fill is not None and fill <= top:
+        # Labels apart: this one at the top, the context line's at the bottom (the two lines may
+        # be close), the budget's under its line at the right.
         fig.add_vline(x=fill, line_color=BUDGET_COLOR, line_dash="dot",
                       annotation_text=f"budget full at {fill:,} tokens",
-                      annotation_position="bottom left")
-    fig.update_xaxes(title="context length (tokens per sequence)")
+                      annotation_position="top left")
+    # A fixed range: plotly would widen its autorange to make room for the labels.
+    fig.update_xaxes(title="context length (tokens per sequence)", range=[0, top])
     fig.update_yaxes(title=f"KV cache for batch {batch:,} (GiB)", rangemode="tozero")
-    return _base(fig, "KV memory against context length")
+    fig = _base(fig, "KV memory against context length", height=420)
+    # The legend goes under the plot: on a narrow screen it would cover the title.
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, x=0),
+                      margin=dict(l=70, r=30, t=60, b=110))
+    return fig
 
 
 def _context_at_budget(layout: KVLayout, batch: int, kv_budget_bytes: int | None) -> int | None:

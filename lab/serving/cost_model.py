@@ -25,7 +25,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from lab.sizing.capacity import load_gpus, weight_bytes_per_gpu
+from lab.sizing.capacity import load_gpus
 from lab.sizing.kv_formula import kv_layout
 from lab.sizing.model_spec import ModelSpec
 
@@ -109,7 +109,7 @@ def cost_model(spec: ModelSpec, gpu_name: str, *, kv_dtype: str = "fp16",
     layout = kv_layout(spec, kv_dtype, tp)
     head_dim = layout.vector_len if spec.is_mla else spec.head_dim
     return CostModel(
-        weight_bytes=weight_bytes_per_gpu(spec.num_params, spec.weight_dtype, tp),
+        weight_bytes=spec.weight_bytes(tp),
         kv_bytes_per_token=layout.bytes_per_token,
         flops_per_token=2.0 * spec.num_params / tp,
         attn_flops_per_pair=4.0 * spec.num_layers * spec.num_attention_heads * head_dim / tp,

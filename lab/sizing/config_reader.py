@@ -2,7 +2,9 @@
 
 `read_hf_config` turns the text of a `config.json` into a `ModelSpec` or raises `ConfigError`
 naming every field it could not read: a size limit, a nesting limit, no NaN or infinity, no
-huge integers, and no type it did not expect.
+huge integers, and no type it did not expect. The keys the file leaves out are what
+transformers' config class for its model_type fills in (`lab.sizing.hf_defaults`), because
+that object, not the file, is what vLLM reads; the notes say which ones were filled in.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ import json
 import math
 from typing import Any
 
+from lab.sizing.hf_defaults import MAX_LEN_KEYS, Resolved, resolve
 from lab.sizing.model_spec import LIMITS, ConfigError, ModelSpec
+from lab.sizing.params import count_params
+from lab.sizing.weights import loaded_dtype
 
 MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: real config.json files are a few KiB
 MAX_DEPTH = 64  # nesting levels accepted in a config
 MAX_INT_DIGITS = 20  # longer integers are refused before Python converts them
-_TORCH_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "bf16", "fp32": "fp32",
-                 "bf16": "bf16", "fp16": "bf16", "float8_e4m3fn": "fp8"}
 
 
 def read_hf_config(data: str | bytes, name: str = "config.json") -> ModelSpec:
@@ -81,7 +84,7 @@ def is_whole(value: Any) -> bool:
             and abs(value) < 2**53)
 
 
-# Spec field -> the config.json key it is read from (for error messages in the file's words).
+# Spec field -> the config key it is read from (error messages use the file's own name).
 _CONFIG_KEY = {"num_layers": "num_hidden_layers", "num_kv_heads": "num_key_value_heads",
                "num_attention_heads": "num_attention_heads", "head_dim": "head_dim",
                "kv_lora_rank": "kv_lora_rank", "qk_rope_head_dim": "qk_rope_head_dim",
@@ -90,32 +93,39 @@ _CONFIG_KEY = {"num_layers": "num_hidden_layers", "num_kv_heads": "num_key_value
 _READ_LIMITS = {"hidden_size": (1, 10**7), "layer_index": (1, 1_000)}
 _SLIDING_TYPES = {"sliding_attention", "sliding_window", "local"}
 _FULL_TYPES = {"full_attention", "global", "attention"}
+# vLLM's _get_and_verify_max_len: these RoPE types already state the long context in
+# max_position_embeddings; the others multiply it by their factor.
+_ROPE_KEEPS_LENGTH = {"su", "longrope", "llama3"}
+VLLM_DEFAULT_MAX_LEN = 2048  # vLLM's guess when a config has no length key at all
 
 
 class _Fields:
-    """Reads typed fields from a config dict, collecting one error per bad field."""
+    """Reads typed fields from a resolved config, collecting one error per bad field (under
+    the name the file uses for it)."""
 
-    def __init__(self, config: dict[str, Any]):
-        self.config = config
+    def __init__(self, view: Resolved):
+        self.view = view
+        self.config = view.values
         self.errors: dict[str, str] = {}
-        self.notes: list[str] = []
+        self.notes = view.notes
 
     def present(self, key: str) -> bool:
         return self.config.get(key) is not None
 
     def whole(self, key: str, limits: str, *, required: bool = False, default: int = 0) -> int:
         """The integer at `key`, checked against LIMITS[limits] (or _READ_LIMITS)."""
+        name = self.view.key(key)
         if not self.present(key):
             if required:
-                self.errors[key] = "missing"
+                self.errors[name] = "missing"
             return default
         value = self.config[key]
         if not is_whole(value):
-            self.errors[key] = f"must be a whole number, got {_show(value)}"
+            self.errors[name] = f"must be a whole number, got {_show(value)}"
             return default
         low, high = LIMITS.get(limits) or _READ_LIMITS[limits]
         if not low <= int(value) <= high:
-            self.errors[key] = f"must be between {low:,} and {high:,}, got {int(value):,}"
+            self.errors[name] = f"must be between {low:,} and {high:,}, got {int(value):,}"
             return default
         return int(value)
 
@@ -125,48 +135,55 @@ def spec_from_config(config: dict[str, Any], name: str = "config.json") -> Model
     text = config.get("text_config")
     if text is not None and not isinstance(text, dict):
         raise ConfigError({"text_config": f"must be an object, got {_show(text)}"})
-    merged = {**config, **(text or {})}
-    fields = _Fields(merged)
-    if text is not None:
-        fields.notes.append("read the language model's fields from text_config")
+    fields = _Fields(resolve(config, text))
     layers = fields.whole("num_hidden_layers", "num_layers", required=True)
     heads = fields.whole("num_attention_heads", "num_attention_heads", required=True)
     kv_heads = fields.whole("num_key_value_heads", "num_kv_heads", default=heads)
-    if not fields.present("num_key_value_heads") and not fields.present("kv_lora_rank"):
-        fields.notes.append("num_key_value_heads absent: multi-head attention "
-                            "(one KV head per attention head)")
     kv_lora_rank = fields.whole("kv_lora_rank", "kv_lora_rank")
     rope_dim = fields.whole("qk_rope_head_dim", "qk_rope_head_dim", required=kv_lora_rank > 0)
     if kv_lora_rank:
         # MLA caches one latent "head" of kv_lora_rank + rope values; heads and head_dim of
         # the queries do not enter the cache.
-        kv_heads, head_dim = 1, kv_lora_rank + rope_dim
         fields.notes.append(f"MLA: one latent of {kv_lora_rank} + {rope_dim} values per token "
                             "and layer, cached once (no separate K and V)")
-    else:
-        head_dim = _head_dim(fields, heads)
+    elif not fields.present("num_key_value_heads"):
+        fields.notes.append("num_key_value_heads absent: multi-head attention "
+                            "(one KV head per attention head)")
+    head_dim = 0 if kv_lora_rank else _head_dim(fields, heads)
     window, sliding = _sliding(fields, layers)
-    max_pos = fields.whole("max_position_embeddings", "max_position_embeddings")
-    params = 0 if kv_lora_rank else _estimate_params(merged, layers, heads, kv_heads, head_dim)
-    if params:
-        fields.notes.append(f"parameter count estimated from the shapes: {params / 1e9:.2f} B")
+    max_len = _max_model_len(fields)
+    count = count_params(fields.config, fields.view.model_type, layers, heads, kv_heads,
+                         head_dim) if not fields.errors else None
+    if count is not None and count.total <= LIMITS["num_params"][1]:
+        fields.notes.append(f"parameter count estimated from the shapes: "
+                            f"{count.total / 1e9:.2f} B")
     else:
+        count = None
         fields.notes.append("parameter count not estimated: type it for the capacity sheet")
-    weight_dtype = _weight_dtype(fields, config)
+    loaded = loaded_dtype(fields.config)
+    if loaded.note:
+        fields.notes.append(loaded.note)
     if fields.errors:
         raise ConfigError(fields.errors)
     try:
-        return ModelSpec(name=name, num_layers=layers, num_attention_heads=heads,
-                         num_kv_heads=kv_heads, head_dim=head_dim, kv_lora_rank=kv_lora_rank,
-                         qk_rope_head_dim=rope_dim, sliding_window=window,
-                         num_sliding_layers=sliding, max_position_embeddings=max_pos,
-                         num_params=params, weight_dtype=weight_dtype, source=name,
-                         notes=tuple(fields.notes))
+        return ModelSpec(
+            name=name, num_layers=layers, num_attention_heads=heads,
+            num_kv_heads=1 if kv_lora_rank else kv_heads,
+            head_dim=kv_lora_rank + rope_dim if kv_lora_rank else head_dim,
+            kv_lora_rank=kv_lora_rank, qk_rope_head_dim=rope_dim, sliding_window=window,
+            num_sliding_layers=sliding, max_position_embeddings=max_len,
+            num_params=count.total if count else 0,
+            unquantized_params=count.unquantized if count else 0,
+            expert_params=count.experts if count else 0, weight_dtype=loaded.weight_dtype,
+            weight_group_size=loaded.group_size, source=name, notes=tuple(fields.notes))
     except ConfigError as err:
-        raise ConfigError({_CONFIG_KEY.get(k, k): v for k, v in err.errors.items()}) from None
+        raise ConfigError({fields.view.key(_CONFIG_KEY.get(k, k)): v
+                           for k, v in err.errors.items()}) from None
 
 
 def _head_dim(fields: _Fields, heads: int) -> int:
+    """The explicit head_dim (or the family's default), else hidden_size / heads, as vLLM's
+    ModelConfig.get_head_size does."""
     if fields.present("head_dim"):
         return fields.whole("head_dim", "head_dim")
     hidden = fields.whole("hidden_size", "hidden_size")
@@ -174,7 +191,8 @@ def _head_dim(fields: _Fields, heads: int) -> int:
         fields.errors.setdefault("head_dim", "missing, and no hidden_size to derive it from")
         return 0
     if heads and hidden % heads:
-        fields.errors["hidden_size"] = f"{hidden:,} is not a multiple of {heads} heads"
+        fields.errors[fields.view.key("hidden_size")] = (f"{hidden:,} is not a multiple of "
+                                                         f"{heads} heads")
         return 0
     if heads and hidden:
         fields.notes.append(f"head_dim derived: hidden_size / heads = {hidden} / {heads}")
@@ -183,8 +201,14 @@ def _head_dim(fields: _Fields, heads: int) -> int:
 
 
 def _sliding(fields: _Fields, layers: int) -> tuple[int, int]:
-    """(window, number of sliding-window layers), from layer_types or the family's pattern."""
+    """(window, number of sliding-window layers): from layer_types when the file has it, else
+    from the sliding pattern (the file's or the family's default), else every layer slides."""
     window = fields.whole("sliding_window", "sliding_window")
+    if fields.present("attention_chunk_size"):  # Llama 4
+        fields.notes.append("attention_chunk_size: chunked local attention is not modelled; "
+                            "those layers count as full attention here (vLLM's "
+                            "ChunkedLocalAttentionSpec keeps at most one chunk plus one "
+                            "prefill batch)")
     types = fields.config.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
@@ -207,14 +231,13 @@ def _sliding(fields: _Fields, layers: int) -> tuple[int, int]:
     if fields.config.get("use_sliding_window") is False:
         fields.notes.append("sliding_window ignored: use_sliding_window is false")
         return 0, 0
-    model_type = fields.config.get("model_type")
     if fields.present("sliding_window_pattern"):
+        # transformers: layer i is full attention when (i + 1) is a multiple of the pattern.
         pattern = fields.whole("sliding_window_pattern", "layer_index", default=1)
         count = layers - layers // pattern
-        fields.notes.append(f"every {pattern}th layer is full attention, the rest slide")
-    elif isinstance(model_type, str) and model_type.startswith("gemma2"):
-        count = (layers + 1) // 2
-        fields.notes.append("Gemma 2 alternates: even layers slide, odd layers are full")
+        fields.notes.append(f"sliding_window_pattern {pattern}: layer i is full attention when "
+                            f"i + 1 is a multiple of {pattern}, so {layers - count} full and "
+                            f"{count} sliding layers")
     elif fields.config.get("use_sliding_window") is True and fields.present("max_window_layers"):
         first = fields.whole("max_window_layers", "layer_index")
         count = max(0, layers - first)
@@ -225,37 +248,35 @@ def _sliding(fields: _Fields, layers: int) -> tuple[int, int]:
     return (window, count) if count else (0, 0)
 
 
-def _estimate_params(config: dict[str, Any], layers: int, heads: int, kv_heads: int,
-                     head_dim: int) -> int:
-    """Parameters of a dense or Mixtral-style MoE decoder (embeddings, attention, gated MLP,
-    norms) from the config's shapes; 0 when the shapes are missing."""
-    values = [config.get(k) for k in ("hidden_size", "vocab_size", "intermediate_size")]
-    if not all(is_whole(v) and 0 < v < 10**7 for v in values):
-        return 0
-    hidden, vocab, inter = (int(v) for v in values)
-    experts = next((int(config[k]) for k in ("num_local_experts", "num_experts")
-                    if is_whole(config.get(k)) and 1 < config[k] < 10**4), 1)
-    if experts > 1 and is_whole(config.get("moe_intermediate_size")):
-        inter = int(config["moe_intermediate_size"])
-    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
-    mlp = experts * 3 * hidden * inter + (hidden * experts if experts > 1 else 0)
-    tied = config.get("tie_word_embeddings", True) is not False
-    total = layers * (attention + mlp + 2 * hidden) + vocab * hidden * (1 if tied else 2) + hidden
-    return total if total <= LIMITS["num_params"][1] else 0
-
-
-def _weight_dtype(fields: _Fields, config: dict[str, Any]) -> str:
-    quant = config.get("quantization_config")
-    if isinstance(quant, dict) and quant.get("quant_method") == "fp8":
-        return "fp8"
-    raw = config.get("torch_dtype", config.get("dtype"))
-    if raw is None:
-        fields.notes.append("torch_dtype absent: weights assumed bf16")
-        return "bf16"
-    if isinstance(raw, str) and raw.removeprefix("torch.") in _TORCH_DTYPES:
-        return _TORCH_DTYPES[raw.removeprefix("torch.")]
-    fields.notes.append(f"torch_dtype {_show(raw)} not understood: weights assumed bf16")
-    return "bf16"
+def _max_model_len(fields: _Fields) -> int:
+    """The context vLLM serves by default (_get_and_verify_max_len): the smallest length key
+    the config has (2048 when none), times the rope_scaling factor for RoPE types that do not
+    already count it (yarn from original_max_position_embeddings). Gemma 3's length is already
+    scaled, so vLLM skips its factor."""
+    lengths = [fields.whole(k, "max_position_embeddings") for k in MAX_LEN_KEYS
+               if fields.present(k)]
+    lengths = [n for n in lengths if n]
+    if not lengths:
+        fields.notes.append(f"no max_position_embeddings: vLLM assumes "
+                            f"{VLLM_DEFAULT_MAX_LEN:,} tokens")
+        return VLLM_DEFAULT_MAX_LEN
+    length = min(lengths)
+    rope = fields.config.get("rope_scaling")
+    if not isinstance(rope, dict) or "gemma3" in fields.view.model_type:
+        return length
+    rope_type = rope.get("rope_type", rope.get("type"))
+    factor = rope.get("factor", 1.0)
+    if rope_type in _ROPE_KEEPS_LENGTH or not isinstance(factor, int | float) \
+            or isinstance(factor, bool) or not 0 < factor <= 1024:
+        return length
+    base = rope.get("original_max_position_embeddings") if rope_type == "yarn" else length
+    if not is_whole(base) or not 0 < base <= LIMITS["max_position_embeddings"][1]:
+        return length
+    scaled = min(int(base * factor), LIMITS["max_position_embeddings"][1])
+    if scaled != length:
+        fields.notes.append(f"rope_scaling {rope_type} x {factor:g}: vLLM's max_model_len is "
+                            f"{scaled:,}, not max_position_embeddings {length:,}")
+    return scaled
 
 
 def _show(value: Any) -> str:

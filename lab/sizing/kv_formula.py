@@ -148,31 +148,34 @@ def _tex(n: int) -> str:
 
 
 def per_token_latex(layout: KVLayout) -> str:
-    """The per-token formula with this model's numbers substituted."""
+    """The per-token formula with this model's numbers substituted (the result on a line of its
+    own, so a narrow screen shows it)."""
     spec, b = layout.spec, layout.dtype
     size = _vector_tex(layout)
     if spec.is_mla:
-        return (rf"\underbrace{{1}}_{{\text{{latent}}}} \times \underbrace{{{spec.num_layers}}}"
-                rf"_{{\text{{layers}}}} \times \underbrace{{{size}}}_{{\text{{({spec.kv_lora_rank} "
-                rf"+ {spec.qk_rope_head_dim}) {b.label}}}}} = {_tex(layout.bytes_per_token)}"
-                r"\ \text{B per token}")
-    return (rf"\underbrace{{2}}_{{\text{{K, V}}}} \times \underbrace{{{spec.num_layers}}}"
-            rf"_{{\text{{layers}}}} \times \underbrace{{{layout.heads_per_gpu}}}"
-            r"_{\text{KV heads}}"
-            rf" \times \underbrace{{{size}}}_{{\text{{head dim {spec.head_dim}, {b.label}}}}}"
-            rf" = {_tex(layout.bytes_per_token)}\ \text{{B per token}}")
+        product = (rf"\underbrace{{1}}_{{\text{{latent}}}} \times \underbrace{{{spec.num_layers}}}"
+                   rf"_{{\text{{layers}}}} \times \underbrace{{{size}}}_{{\text{{("
+                   rf"{spec.kv_lora_rank} + {spec.qk_rope_head_dim}) {b.label}}}}}")
+    else:
+        product = (rf"\underbrace{{2}}_{{\text{{K, V}}}} \times \underbrace{{{spec.num_layers}}}"
+                   rf"_{{\text{{layers}}}} \times \underbrace{{{layout.heads_per_gpu}}}"
+                   r"_{\text{KV heads}}"
+                   rf" \times \underbrace{{{size}}}_{{\text{{head dim {spec.head_dim}, "
+                   rf"{b.label}}}}}")
+    return (rf"\begin{{aligned}}&{product} \\ &= {_tex(layout.bytes_per_token)}"
+            r"\ \text{B per token}\end{aligned}")
 
 
 def batch_latex(layout: KVLayout, context: int, batch: int) -> str:
     """Per-token bytes x tokens x batch, full-attention and sliding-window layers apart
-    (two aligned lines, so long numbers stay on screen)."""
+    (aligned lines, so long numbers stay on screen)."""
     per_layer = _tex(layout.bytes_per_token_layer)
     total = _tex(layout.sequence_bytes(context) * batch)
     full = rf"{layout.num_full_layers} \times {per_layer} \times {_tex(context)}"
-    if layout.spec.num_sliding_layers:
+    if layout.spec.num_sliding_layers:  # one line per layer kind: long numbers stay on screen
         sliding = (rf"{layout.spec.num_sliding_layers} \times {per_layer} \times "
                    rf"\min({_tex(context)}, {_tex(layout.spec.sliding_window)})")
-        full = (rf"\big(\underbrace{{{full}}}_{{\text{{full layers}}}} + "
+        full = (rf"\big(\underbrace{{{full}}}_{{\text{{full layers}}}} \\ &\quad + "
                 rf"\underbrace{{{sliding}}}_{{\text{{sliding layers}}}}\big)")
     return (rf"\begin{{aligned}}\text{{KV for the batch}} &= {full} \times {_tex(batch)} \\ "
             rf"&= {total}\ \text{{B}}\end{{aligned}}")

@@ -1,9 +1,11 @@
 """What the KV formula needs to know about a model: `ModelSpec`, and the presets.
 
 `ModelSpec` holds the attention geometry (layers, KV heads, head dimension, MLA latent, sliding
-windows) plus the parameter count and weight dtype for the capacity sheet. Every field is
-checked on construction (`spec_errors`); `ConfigError` names each bad field. The presets are
-`assets/models.json`; `lab.sizing.config_reader` builds a spec from a Hugging Face config.json.
+windows), the context vLLM serves by default, and the weights for the capacity sheet: the
+parameter count, the format vLLM loads them in, and the parts a quantized format leaves in 16
+bits. Every field is checked on construction (`spec_errors`); `ConfigError` names each bad
+field. The presets are `assets/models.json`; `lab.sizing.config_reader` builds a spec from a
+Hugging Face config.json.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from functools import cache
 from pathlib import Path
+
+from lab.sizing.weights import WEIGHT_DTYPES, weight_bytes_per_gpu
 
 PRESETS_PATH = Path(__file__).resolve().parents[2] / "assets" / "models.json"
 
@@ -29,8 +33,10 @@ LIMITS: dict[str, tuple[int, int]] = {
     "num_sliding_layers": (0, 1_000),
     "max_position_embeddings": (0, 1 << 31),
     "num_params": (0, 100 * 10**12),
+    "unquantized_params": (0, 100 * 10**12),
+    "expert_params": (0, 100 * 10**12),
+    "weight_group_size": (0, 1 << 20),
 }
-WEIGHT_DTYPES = ("fp32", "bf16", "fp8", "int4")
 
 
 class ConfigError(ValueError):
@@ -52,9 +58,12 @@ class ModelSpec:
     qk_rope_head_dim: int = 0  # MLA: the decoupled RoPE key stored beside the latent
     sliding_window: int = 0  # tokens a sliding-window layer keeps; 0 = no such layers
     num_sliding_layers: int = 0
-    max_position_embeddings: int = 0  # 0 = unknown
+    max_position_embeddings: int = 0  # vLLM's default max_model_len; 0 = unknown
     num_params: int = 0  # 0 = unknown
-    weight_dtype: str = "bf16"
+    unquantized_params: int = 0  # embeddings, LM head, norms, routers: 16-bit in every format
+    expert_params: int = 0  # routed MoE experts (all that an mxfp4 checkpoint quantizes)
+    weight_dtype: str = "bf16"  # as vLLM loads the checkpoint (lab.sizing.weights)
+    weight_group_size: int = 128  # weights per scale of an int4/int8 format; 0 = per channel
     source: str = ""
     notes: tuple[str, ...] = field(default=(), compare=False)
 
@@ -74,6 +83,13 @@ class ModelSpec:
         if self.num_kv_heads == self.num_attention_heads:
             return "MHA"
         return "MQA" if self.num_kv_heads == 1 else "GQA"
+
+    def weight_bytes(self, tp: int = 1, weight_dtype: str | None = None) -> int:
+        """This rank's weights as vLLM loads them (in `weight_dtype` when given)."""
+        return weight_bytes_per_gpu(self.num_params, weight_dtype or self.weight_dtype, tp,
+                                    unquantized_params=self.unquantized_params,
+                                    expert_params=self.expert_params,
+                                    group_size=self.weight_group_size)
 
 
 def spec_errors(spec: ModelSpec) -> dict[str, str]:
@@ -98,6 +114,8 @@ def spec_errors(spec: ModelSpec) -> dict[str, str]:
         errors["num_sliding_layers"] = f"cannot exceed the {spec.num_layers} layers"
     if spec.num_sliding_layers and not spec.sliding_window:
         errors["sliding_window"] = "sliding-window layers need a window above 0"
+    if spec.unquantized_params + spec.expert_params > spec.num_params:
+        errors["unquantized_params"] = "16-bit and expert parameters exceed the parameter count"
     return errors
 
 

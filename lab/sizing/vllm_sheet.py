@@ -1,0 +1,317 @@
+"""The capacity sheet as vLLM v1 will log it, step by step, in its own names.
+
+1. Worker.determine_available_memory (vllm/v1/worker/gpu_worker.py): requested_memory =
+   ceil(total_memory x gpu_memory_utilization) (request_memory, vllm/v1/worker/utils.py), where
+   total_memory is what CUDA reports (torch.cuda.mem_get_info), then
+   available = requested_memory - non_kv_cache_memory (the weights, plus the activation peak,
+   non-torch memory and CUDA graphs its profile run measures) -> "Available KV cache memory".
+2. Each attention layer gets a KVCacheSpec (vllm/v1/kv_cache_interface.py) with
+   page_size_bytes = coef x block_size x kv_heads x head_size x dtype bytes (coef 2 for K and V,
+   1 for MLA's latent). A full-attention layer needs cdiv(max_model_len, block_size) pages per
+   request; a sliding-window one cdiv(min(window - 1 + max_num_batched_tokens, max_model_len),
+   block_size) + 1 (SlidingWindowSpec.max_memory_usage_bytes).
+3. get_kv_cache_groups (vllm/v1/core/kv_cache_utils.py): identical layers form one group; a
+   hybrid model is cut into groups of equal size (_get_kv_cache_groups_uniform_page_size): the
+   size is the smaller layer count (the larger if it is under 1.5x the smaller), and the last
+   group of a type is padded.
+4. get_kv_cache_config_from_groups: group_size tensors each shared by one layer of every group;
+   num_gpu_blocks = available // page_size // group_size (get_num_blocks).
+5. _report_kv_cache_config: "GPU KV cache size: num_blocks // groups x block_size tokens" and
+   "Maximum concurrency for max_model_len tokens per request: num_blocks / blocks per request"
+   (get_max_concurrency_for_kv_cache_config: one request takes every group's pages at once).
+These follow vLLM's main branch of 2025 (the code read for this module; earlier versions
+differ in the grouping threshold and the log's wording).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lab.sizing.kv_formula import KVLayout
+
+GIB = 1 << 30
+DEFAULT_BLOCK_SIZE = 16  # CacheConfig.block_size on CUDA
+FLASHMLA_BLOCK = 64  # CudaPlatform.check_and_update_config forces it for MLA (FlashMLA)
+HYBRID_GROUP_RATIO = 1.5  # _get_kv_cache_groups_uniform_page_size's "not much larger" test
+# EngineArgs.get_batch_defaults for `vllm serve`: on >= 70 GiB cards other than the A100,
+# 8192 tokens and 1024 sequences a step; else 2048 and 256.
+SERVE_BATCHED_TOKENS, SMALL_GPU_BATCHED_TOKENS = 8192, 2048
+SERVE_MAX_SEQS, SMALL_GPU_MAX_SEQS = 1024, 256
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _big_gpu(gpu_name: str, cuda_bytes: int) -> bool:
+    return cuda_bytes >= 70 * GIB and "a100" not in gpu_name.lower()
+
+
+def default_max_num_batched_tokens(gpu_name: str, cuda_bytes: int) -> int:
+    """What `vllm serve` picks when --max-num-batched-tokens is not given."""
+    return SERVE_BATCHED_TOKENS if _big_gpu(gpu_name, cuda_bytes) else SMALL_GPU_BATCHED_TOKENS
+
+
+def default_max_num_seqs(gpu_name: str, cuda_bytes: int) -> int:
+    """What `vllm serve` picks when --max-num-seqs is not given."""
+    return SERVE_MAX_SEQS if _big_gpu(gpu_name, cuda_bytes) else SMALL_GPU_MAX_SEQS
+
+
+def engine_block_size(layout: KVLayout, block_size: int) -> tuple[int, str]:
+    """The block size the engine really uses, and why it differs from the one asked for."""
+    if layout.spec.is_mla and block_size % FLASHMLA_BLOCK:
+        return FLASHMLA_BLOCK, (f"MLA on a Hopper GPU runs FlashMLA, which needs block size "
+                                f"{FLASHMLA_BLOCK}: vLLM logs 'Forcing kv cache block size to "
+                                f"{FLASHMLA_BLOCK} for FlashMLA backend'")
+    return block_size, ""
+
+
+@dataclass(frozen=True)
+class KVCacheGroup:
+    """Layers sharing one block table (KVCacheGroupSpec)."""
+
+    kind: str  # "full attention", "sliding window" or "MLA"
+    num_layers: int  # real layers; the group's other slots are padding
+    pages_per_request: int  # max_memory_usage_bytes / page_size at max_model_len
+
+
+@dataclass(frozen=True)
+class VllmSheet:
+    available_kv_memory: int  # "Available KV cache memory"
+    block_size: int
+    page_size_bytes: int  # one block of one layer
+    groups: tuple[KVCacheGroup, ...]
+    group_size: int  # layers per group = KV-cache tensors
+    max_model_len: int
+    max_num_batched_tokens: int
+    window: int = 0  # tokens a sliding-window layer keeps
+    total_memory: int = 0  # 0: the sheet started from a known available KV memory
+    requested_memory: int = 0
+    weights_memory: int = 0
+    other_memory: int = 0  # activation peak + non-torch + CUDA graphs (an estimate here)
+
+    @property
+    def num_layers(self) -> int:
+        return sum(g.num_layers for g in self.groups)
+
+    @property
+    def padding_layers(self) -> int:
+        return len(self.groups) * self.group_size - self.num_layers
+
+    @property
+    def num_blocks(self) -> int:
+        """num_gpu_blocks (get_num_blocks)."""
+        return max(0, self.available_kv_memory // self.page_size_bytes // self.group_size)
+
+    @property
+    def num_tokens(self) -> int:
+        """"GPU KV cache size: N tokens" (_report_kv_cache_config)."""
+        return self.num_blocks // len(self.groups) * self.block_size
+
+    @property
+    def blocks_per_request(self) -> int:
+        """Blocks one max_model_len request holds, every group together."""
+        return sum(g.pages_per_request for g in self.groups)
+
+    @property
+    def max_concurrency(self) -> float:
+        """"Maximum concurrency for max_model_len tokens per request: X"."""
+        return self.num_blocks / self.blocks_per_request
+
+    @property
+    def needed_memory(self) -> int:
+        """KV memory one max_model_len request needs, padding included
+        (_max_memory_usage_bytes_from_groups); vLLM refuses to start below it."""
+        return self.group_size * self.page_size_bytes * self.blocks_per_request
+
+    def padding_warning(self) -> str | None:
+        """The warning _get_kv_cache_groups_uniform_page_size logs for the padded type."""
+        for kind in {g.kind for g in self.groups}:
+            layers = sum(g.num_layers for g in self.groups if g.kind == kind)
+            padding = -layers % self.group_size
+            if padding:
+                return (f"Add {padding} padding layers, may waste at most "
+                        f"{padding / layers * 100:.2f}% KV cache memory")
+        return None
+
+    @property
+    def fits_one_request(self) -> bool:
+        return 0 < self.available_kv_memory and self.needed_memory <= self.available_kv_memory
+
+    def failure(self) -> str | None:
+        """The error vLLM stops with for these numbers, in its words; None when it starts."""
+        if self.total_memory and self.weights_memory > self.requested_memory:
+            return (f"torch.OutOfMemoryError while loading the weights: "
+                    f"{gib(self.weights_memory)} of them do not fit in the "
+                    f"{gib(self.requested_memory)} the engine may use")
+        if self.available_kv_memory <= 0:
+            return ("ValueError: No available memory for the cache blocks. Try increasing "
+                    "`gpu_memory_utilization` when initializing the engine.")
+        if not self.fits_one_request:
+            return (f"ValueError: To serve at least one request with the models's max seq len "
+                    f"({self.max_model_len}), ({self.needed_memory / GIB:.2f} GiB KV cache is "
+                    f"needed, which is larger than the available KV cache memory "
+                    f"({self.available_kv_memory / GIB:.2f} GiB). Based on the available "
+                    f"memory, the estimated maximum model length is "
+                    f"{self.estimated_max_model_len()}.")
+        return None
+
+    def estimated_max_model_len(self) -> int:
+        """The longest max_model_len whose one request fits (estimate_max_model_len's binary
+        search); 0 when not even one token fits."""
+        low, high, best = 1, self.max_model_len, 0
+        while low <= high:
+            mid = (low + high) // 2
+            pages = sum(_pages(g.kind, mid, self.block_size, self._window(g),
+                               self.max_num_batched_tokens) for g in self.groups)
+            if self.group_size * self.page_size_bytes * pages <= self.available_kv_memory:
+                best, low = mid, mid + 1
+            else:
+                high = mid - 1
+        return best
+
+    def _window(self, group: KVCacheGroup) -> int:
+        return self.window if group.kind == "sliding window" else 0
+
+
+def _pages(kind: str, max_model_len: int, block_size: int, window: int,
+           max_num_batched_tokens: int) -> int:
+    """Pages of one layer for one request (the spec's max_memory_usage_bytes / page size)."""
+    if kind != "sliding window":  # FullAttentionSpec, MLAAttentionSpec
+        return cdiv(max_model_len, block_size)
+    # SlidingWindowSpec: the window's last tokens plus one prefill chunk; +1 because the
+    # window rarely starts on a block boundary.
+    tokens = min(window - 1 + max_num_batched_tokens, max_model_len)
+    return cdiv(tokens, block_size) + 1
+
+
+def kv_cache_groups(layout: KVLayout, block_size: int, max_model_len: int,
+                    max_num_batched_tokens: int) -> tuple[tuple[KVCacheGroup, ...], int]:
+    """(groups, group_size) as get_kv_cache_groups forms them for this model."""
+    spec = layout.spec
+    full_kind = "MLA" if spec.is_mla else "full attention"
+    counts = {full_kind: layout.num_full_layers, "sliding window": spec.num_sliding_layers}
+    counts = {kind: n for kind, n in counts.items() if n}
+    if len(counts) == 1:  # is_kv_cache_spec_uniform: one group of every layer
+        group_size = spec.num_layers
+    else:
+        group_size = min(counts.values())
+        if max(counts.values()) < min(counts.values()) * HYBRID_GROUP_RATIO:
+            group_size = max(counts.values())
+    groups = []
+    for kind, n in counts.items():
+        pages = _pages(kind, max_model_len, block_size, spec.sliding_window,
+                       max_num_batched_tokens)
+        num_groups = cdiv(n, group_size)  # layers[i::num_groups] go to the i-th group
+        groups += [KVCacheGroup(kind, len(range(i, n, num_groups)), pages)
+                   for i in range(num_groups)]
+    return tuple(groups), group_size
+
+
+def vllm_sheet(layout: KVLayout, *, available_kv_memory: int, block_size: int,
+               max_model_len: int, max_num_batched_tokens: int, **memory: int) -> VllmSheet:
+    """vLLM's KV-cache configuration from the available KV memory (the memory steps that led
+    to it, when known, ride along in `memory`)."""
+    if block_size < 1 or max_model_len < 1 or max_num_batched_tokens < 1:
+        raise ValueError("block size, max_model_len and max_num_batched_tokens must be >= 1")
+    groups, group_size = kv_cache_groups(layout, block_size, max_model_len,
+                                         max_num_batched_tokens)
+    return VllmSheet(available_kv_memory, block_size, layout.bytes_per_token_layer * block_size,
+                     groups, group_size, max_model_len, max_num_batched_tokens,
+                     window=layout.spec.sliding_window, **memory)
+
+
+def vllm_sheet_from_gpu(layout: KVLayout, *, total_memory: int, utilization: float,
+                        weights_memory: int, other_memory: int, block_size: int,
+                        max_model_len: int, max_num_batched_tokens: int) -> VllmSheet:
+    """The whole sheet, from the memory CUDA reports (Worker.determine_available_memory)."""
+    if not 0 < utilization <= 1:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")
+    requested = math.ceil(total_memory * utilization)
+    return vllm_sheet(layout, available_kv_memory=requested - weights_memory - other_memory,
+                      block_size=block_size, max_model_len=max_model_len,
+                      max_num_batched_tokens=max_num_batched_tokens, total_memory=total_memory,
+                      requested_memory=requested, weights_memory=weights_memory,
+                      other_memory=other_memory)
+
+
+@dataclass(frozen=True)
+class SheetLine:
+    step: str
+    value: str
+    source: str  # the vLLM function this line follows
+
+
+def gib(n: float) -> str:
+    """GiB with two decimals, as vLLM's logs print memory."""
+    return f"{n / GIB:,.2f} GiB"
+
+
+def sheet_lines(sheet: VllmSheet) -> list[SheetLine]:
+    """The sheet's steps in vLLM's names, each with the function it follows."""
+    lines = []
+    if sheet.total_memory:
+        lines += [
+            SheetLine("total_memory (as CUDA reports it)", gib(sheet.total_memory),
+                      "MemorySnapshot"),
+            SheetLine("requested_memory = ceil(total_memory × gpu_memory_utilization)",
+                      gib(sheet.requested_memory), "request_memory"),
+            SheetLine("− model weights (\"Model loading took …\")", gib(sheet.weights_memory),
+                      "GPUModelRunner.load_model"),
+            SheetLine("− activation peak + non-torch + CUDA graphs (your estimate)",
+                      gib(sheet.other_memory), "memory_profiling"),
+        ]
+    kinds = sorted({g.kind for g in sheet.groups})
+    lines += [
+        SheetLine("= Available KV cache memory", gib(sheet.available_kv_memory),
+                  "determine_available_memory"),
+        SheetLine(f"page_size_bytes (one {sheet.block_size}-token block of one layer)",
+                  f"{sheet.page_size_bytes:,} B", "AttentionSpec.page_size_bytes"),
+        SheetLine("KV-cache groups × layers per group", _groups_text(sheet, kinds),
+                  "get_kv_cache_groups"),
+        SheetLine("num_gpu_blocks = available // page_size // layers per group",
+                  f"{sheet.num_blocks:,}", "get_num_blocks"),
+        SheetLine("GPU KV cache size = blocks // groups × block_size",
+                  f"{sheet.num_tokens:,} tokens", "_report_kv_cache_config"),
+        SheetLine(f"blocks one {sheet.max_model_len:,}-token request holds",
+                  _request_blocks(sheet),
+                  "max_memory_usage_bytes"),
+        SheetLine(f"Maximum concurrency for {sheet.max_model_len:,} tokens per request",
+                  f"{sheet.max_concurrency:.2f}x", "get_max_concurrency_for_kv_cache_config"),
+    ]
+    return lines
+
+
+def _groups_text(sheet: VllmSheet, kinds: list[str]) -> str:
+    """"7 × 10: 1 full attention, 6 sliding window (8 padding slots)"."""
+    if len(sheet.groups) == 1:
+        return f"1 group of all {sheet.group_size} layers ({kinds[0]})"
+    counts = ", ".join(f"{sum(g.kind == k for g in sheet.groups)} {k}" for k in kinds)
+    padding = f" ({sheet.padding_layers} padding slots)" if sheet.padding_layers else ""
+    return f"{len(sheet.groups)} × {sheet.group_size}: {counts}{padding}"
+
+
+def _request_blocks(sheet: VllmSheet) -> str:
+    """Every group's blocks for one request, summed by kind: "1 × 512 + 6 × 513 = 3,590"."""
+    if len(sheet.groups) == 1:
+        return f"{sheet.blocks_per_request:,}"
+    kinds: dict[tuple[str, int], int] = {}
+    for g in sheet.groups:
+        kinds[g.kind, g.pages_per_request] = kinds.get((g.kind, g.pages_per_request), 0) + 1
+    terms = [f"{n} × {pages:,} ({kind})" for (kind, pages), n in kinds.items()]
+    return " + ".join(terms) + f" = {sheet.blocks_per_request:,}"
+
+
+def log_lines(sheet: VllmSheet) -> list[str]:
+    """What the engine prints at start-up for this sheet (the v1 wording), up to the error it
+    stops with, if any (get_kv_cache_configs checks before _report_kv_cache_config logs)."""
+    failure = sheet.failure()
+    if failure and failure.startswith("torch."):
+        return [failure]
+    lines = [f"Available KV cache memory: {sheet.available_kv_memory / GIB:.2f} GiB"]
+    if failure:
+        return [*lines, failure]
+    return [*lines, f"GPU KV cache size: {sheet.num_tokens:,} tokens",
+            f"Maximum concurrency for {sheet.max_model_len:,} tokens per request: "
+            f"{sheet.max_concurrency:.2f}x"]

@@ -1,0 +1,42 @@
+"""The KV-size calculator in a browser, with the issue's three real configs pasted as published:
+Falcon-7B (one KV head from multi_query), Gemma-3-27B (no layer_types: pattern 6) and
+DeepSeek-V3 (MLA, fp8 weights) on eight H200s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.browser.harness import exceptions, open_page, screenshot, wait_settled
+
+pytestmark = pytest.mark.browser
+CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
+
+
+def paste(page, file: str) -> None:
+    box = page.get_by_label("Paste config.json")
+    box.fill((CONFIGS / file).read_text())
+    box.press("Control+Enter")
+    wait_settled(page)
+    page.get_by_role("button", name="Read pasted config").click()
+    wait_settled(page)
+
+
+@pytest.mark.parametrize(("file", "query", "shown"), [
+    ("falcon-7b.json", "", ["multi_query: true",
+                            "Maximum concurrency for 2,048 tokens per request"]),
+    ("gemma-3-27b-it.json", "", ["10 full and 52 sliding layers", "8 padding slots",
+                                 "1 × 8,192 (full attention) + 6 × 577 (sliding window)"]),
+    ("deepseek-v3.json", "?gpu=H200+141+GB&tp=8", ["GPU KV cache size: 694,784 tokens",
+                                                    "Forcing kv cache block size to 64"]),
+])
+def test_real_configs_pasted(page, app_url: str, tmp_path: Path, file: str, query: str,
+                             shown: list[str]) -> None:
+    open_page(page, f"{app_url}/calculator{query}")
+    page.get_by_text("Read a Hugging Face config.json").first.click()
+    paste(page, file)
+    screenshot(page, tmp_path, file.removesuffix(".json"))
+    assert exceptions(page) == []
+    for text in shown:
+        assert page.get_by_text(text, exact=False).count() >= 1, text
