@@ -31,11 +31,13 @@ from lab.sizing.vllm_sheet import (
     vllm_sheet_from_gpu,
 )
 from lab.sizing.weights import WEIGHT_DTYPES, WEIGHT_FORMATS
+from ui.chapters import chapter_strip
 from ui.layout import bullets, explain, settings, show_figure
 from ui.sidebar import sidebar
 from ui.state import choice_param, float_param, int_param
 
 sidebar()
+chapter_strip()
 
 PRESETS = load_presets()
 DEFAULT_PRESET = "Llama-3.1-8B"
@@ -320,7 +322,7 @@ st.table({"step": [x.step for x in lines], "value": [x.value for x in lines],
 if block_note:
     st.caption(block_note + ".")
 if failure := sheet.failure():
-    st.error(f"vLLM would stop here: {failure}", icon="🛑")
+    st.error(f"vLLM would stop here: {failure}", icon=":material/block:")
 st.markdown("The start-up lines vLLM prints for these settings (compare them with a real log "
             "on the *Inspect a real engine* page):")
 st.code("\n".join(log_lines(sheet)), language="text")
@@ -346,10 +348,13 @@ elif plain.num_blocks >= LAB_MIN_BLOCKS:
 else:
     st.warning(f"Only {plain.num_blocks} KV block(s) fit: too few to serve, or to animate.")
 
-tabs = st.tabs(["KV memory vs context", "Weights vs KV cache", "KV dtype"])
-with tabs[0]:
+# A chart chosen by a link parameter (st.tabs keeps no state a link could restore).
+chart = choice_param("Chart", "chart", ["KV memory vs context", "Weights vs KV cache",
+                                         "KV dtype"], default="KV memory vs context",
+                     widget="segmented")
+if chart == "KV memory vs context":
     show_figure(kv_vs_context_figure(layout, batch, context, plain.kv_budget_bytes), "calc_ctx")
-with tabs[1]:
+elif chart == "Weights vs KV cache":
     show_figure(memory_split_figure(plain, seq_bytes * batch), "calc_split")
-with tabs[2]:
+else:
     show_figure(kv_dtype_figure(layout, context, batch), "calc_dtype")

@@ -94,12 +94,14 @@ def show_step(step: int) -> None:
         show_figure(memory_maps(frame, cfg.capacity, block_size), key="frag_map",
                     file_name="memory_maps", main=True)
         st.caption("Solid: slots holding a token's K/V. Pale: reserved or allocated but empty "
-                   "(internal fragmentation). Red: free holes too small for the next "
-                   f"reservation ({frame.next_reservation} slots; external fragmentation). "
-                   "White: free. Each request (R0, R1, ...) keeps its colour in both rows.")
+                   "(internal fragmentation). Red and hatched (\"hole\"): free holes too small "
+                   f"for the next reservation ({frame.next_reservation} slots; external "
+                   "fragmentation). White: free. Each request (R0, R1, ...) keeps its colour "
+                   "in both rows; a red outline marks a request admitted at this step.")
     with parts.after:
         # A static table: st.dataframe's interactive grid costs more to draw on every step.
-        st.table(pd.DataFrame([_row("Contiguous", c), _row("Paged", p)]).set_index("allocator"))
+        st.table(pd.DataFrame([_row("Contiguous", c), _row("Paged", p)])
+                 .set_index("allocator").T)  # a row per quantity: it fits a phone
         show_figure(timeline(all_frames, step), key="frag_timeline",
                     file_name="fragmentation_timeline")
         if frame.preemptions:

@@ -47,7 +47,7 @@ try:  # weights and tokenizer: read-only, shared by every user of the app
     loaded: LoadedModel = shared(load_smollm2, max_entries=1,
                                  spinner="Loading SmolLM2-135M from the installed GGUF file…")()
 except ModelFileMissing as error:
-    st.error(f"{error}", icon="📦")
+    st.error(f"{error}", icon=":material/inventory_2:")
     st.stop()
 
 controls, output = st.columns([1, 2], gap="large")
@@ -134,7 +134,8 @@ def run_request(user_question: str, slot) -> bool:
                 st.caption(POOL_KEY)
     except PoolExhausted as error:
         slot.error(f"This request may need more blocks than the pool has free: {error}. "
-                   "Enlarge the pool, or ask for fewer samples or tokens.", icon="🧱")
+                   "Enlarge the pool, or ask for fewer samples or tokens.",
+                   icon=":material/view_module:")
         return False
     with slot.container():
         st.caption("Checking against the dense cache…")
@@ -157,7 +158,7 @@ with output:
     if result is None:
         if not failed:
             live.info("Press **Generate**: the prompt is prefilled once, forked into n samples, "
-                      "and tokens stream while the pool fills.", icon="▶️")
+                      "and tokens stream while the pool fills.", icon=":material/play_arrow:")
     else:
         frame = result.final
         st.markdown(f"**Question:** {result.question}")
@@ -187,7 +188,7 @@ if result is not None:
         st.info(f"**Copy-on-write at step {result.first_copy_step}:** the {n} samples shared "
                 f"the prompt's partial last block. Before each wrote its first own token there, "
                 f"that one block was copied ({pairs}); the last holder wrote in place. The full "
-                f"prompt blocks stay shared.", icon="✂️")
+                f"prompt blocks stay shared.", icon=":material/content_cut:")
     with st.expander(f"The prompt in blocks ({len(result.prompt)} tokens, chat template "
                      "applied)"):
         pieces = [loaded.tokenizer.token_text(t) for t in result.prompt]

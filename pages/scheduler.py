@@ -72,13 +72,13 @@ if requests is None:
 try:
     cfg = SchedulerConfig(**engine, allocator=allocator)
 except ValueError as err:
-    st.error(f"These settings cannot run: {err}", icon="⚙️")
+    st.error(f"These settings cannot run: {err}", icon=":material/settings:")
     st.stop()
 compute_limit = 50_000 if backend().is_cuda else 600  # tokens in all; the CPU interprets
 if compute and sum(r.prompt_len + r.output_len for r in requests) > compute_limit:
     st.warning(f"Compute mode runs the kernel every iteration ({backend().triton_mode}): keep the "
                f"workload under {compute_limit:,} tokens in all (e.g. 8 requests, max_tokens "
-               "32). Showing the allocator-only run instead.", icon="🐢")
+               "32). Showing the allocator-only run instead.", icon=":material/hourglass_top:")
     compute = False
 
 if section == "replay":
@@ -103,8 +103,10 @@ if section == "sweeps":
 story = AdmissionControlStory(cfg, requests, cost, seed())
 all_frames = frames(story, spinner="Scheduling every iteration…")
 if not all_frames:
-    st.error("Every request was rejected: none can fit in this pool even alone. Give the pool "
-             "more blocks or lower max_tokens.", icon="🧱")
+    reason = story.play().sched.requests[0].reject_reason if requests else ""
+    st.error(f"Every request was rejected, for example request 0: {reason}. Give the pool more "
+             "blocks, lower max_tokens, raise the token budget or turn chunked prefill on.",
+             icon=":material/view_module:")
     st.stop()
 if len(all_frames) == MAX_STEPS:
     st.caption(f"Showing the first {MAX_STEPS} iterations.")
@@ -143,11 +145,15 @@ def show_step(step: int) -> None:
                 st.caption(" · ".join(items) if items else "empty")
     with parts.main:
         if cfg.allocator == "paged":
-            show_figure(pool_grid(frame.picture, frame.names, columns=16), key="sched_grid",
-                        main=True)
+            admitted = {f"R{i}" for i in rec.admitted_ids}
+            new = [b.block_id for b in frame.picture.blocks
+                   if any(frame.names.get(s) in admitted for s in b.owners)]
+            show_figure(pool_grid(frame.picture, frame.names, columns=16, highlight=new),
+                        key="sched_grid", main=True)
             st.caption("Each tile is a physical block, labelled with the request (R0, R1, …) "
                        "whose block table holds it; the bar shows its filled slots. White "
-                       "tiles are free.")
+                       "tiles are free; a red outline marks the blocks of a request admitted "
+                       "in this iteration.")
         else:
             show_figure(region_map(frame.picture.regions, cfg.capacity_slots),
                         key="sched_regions", main=True)

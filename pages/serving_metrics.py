@@ -24,10 +24,12 @@ from lab.vllm.metrics_text import (
     parse_prometheus,
 )
 from lab.vllm.startup_log import LogError, parse_startup_log
+from ui.chapters import chapter_strip
 from ui.layout import explain, show_figure
 from ui.sidebar import sidebar
 
 sidebar()
+chapter_strip()
 st.title("Inspect a real engine")
 explain(
     "The guide's list of what a healthy server watches — KV-cache utilization, running and "
@@ -65,14 +67,15 @@ if url_col.button("Fetch", key="vllm_fetch", disabled=not url.strip()):
         st.session_state["vllm_fetched"] = fetch_metrics(url)
     except MetricsError as err:
         st.session_state.pop("vllm_fetched", None)
-        url_col.error(str(err), icon="🌐")
+        url_col.error(str(err), icon=":material/language:")
 source = text.strip() or st.session_state.get("vllm_fetched", "")
 
 if source:
     try:
         view = engine_view(parse_prometheus(source))
     except MetricsError as err:
-        st.error(f"This text cannot be read as Prometheus metrics: {err}", icon="📈")
+        st.error(f"This text cannot be read as Prometheus metrics: {err}",
+                 icon=":material/monitoring:")
         view = None
     if view is not None:
         if view.model_names:
@@ -116,7 +119,7 @@ if log_text.strip():
     try:
         log = parse_startup_log(log_text)
     except LogError as err:
-        st.error(str(err), icon="📜")
+        st.error(str(err), icon=":material/description:")
         st.stop()
     presets, gpus = load_presets(), load_gpus()
 

@@ -69,3 +69,23 @@ def test_swap_space_round_trip_lands_in_other_blocks():
     assert space.blocks.num_free == 4
     m.free(other)
     m.check_invariants()
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+@pytest.mark.parametrize("num_requests, budget", [(3, 8), (8, 32), (8, 128)])
+def test_the_kernel_check_runs_every_iteration_of_every_setting(chunked, mode, num_requests,
+                                                                 budget) -> None:
+    """Admission control's per-iteration kernel check (the page's "Triton kernel each
+    iteration"): chunked prefill on and off, both preemption modes, a tight pool so requests
+    are preempted, every iteration's kernel output equal to the dense reference."""
+    lengths = [(5 + 3 * i, 4 + i % 3) for i in range(num_requests)]
+    cfg = config(num_blocks=12, block_size=4, max_num_batched_tokens=budget,
+                 enable_chunked_prefill=chunked, preemption_mode=mode, compute=True,
+                 max_num_seqs=8)
+    sched = Scheduler(specs(*lengths), cfg, llama_h100(), seed=1)
+    while (record := sched.step()) is not None:
+        sched.check_invariants()
+        assert record.check is not None and record.check.ok, record.index
+    assert all(r.num_output == r.spec.output_len for r in sched.requests.values()
+               if not r.reject_reason)

@@ -51,12 +51,13 @@ def workload_widgets(prefix: str, *, preset: str, n: int, max_n: int, max_tokens
         upload = middle.file_uploader("CSV rows: prompt_len,output_len[,arrival_s]", type="csv",
                                       key=f"{prefix}_csv", help="At most 20,000 rows and 2 MiB.")
         if upload is None:
-            st.info("Upload a CSV to replay your own length distribution.", icon="📄")
+            st.info("Upload a CSV to replay your own length distribution.",
+                    icon=":material/description:")
             return None
         try:
             return parse_csv(upload.getvalue())
         except WorkloadError as err:
-            st.error(f"The CSV cannot be used: {err}", icon="📄")
+            st.error(f"The CSV cannot be used: {err}", icon=":material/description:")
             return None
     count = int_param("Requests", f"{prefix}_requests", default=n, min_value=2, max_value=max_n,
                       widget="number", container=middle)

@@ -35,7 +35,7 @@ T = TypeVar("T")
 CURRENT_PAGE = "_ui_current_page"  # session: url path of the page app.py is running
 GLOBAL = "*"  # the "page" that holds the lab-wide settings
 _MODEL = "_ui_model"  # session: {page: {param: value}}, kept across page visits
-_OWNER = "_ui_owner"  # session: {widget key: page whose value its state holds}
+_OWNER = "_ui_owner"  # session: {widget key: the page it was last drawn on}
 _WRITTEN = "_ui_written"  # session: the query string we last put in the address bar
 _WRITTEN_PAGE = "_ui_written_page"  # session: the page it belongs to
 _RUN = "_ui_run"  # session: this run's RunState
@@ -125,20 +125,22 @@ def _refuse(param: str, raw: str, expected: str) -> None:
     shown = "".join(c if c.isprintable() and c != "`" else "?" for c in shown)  # inert text
     run.refused.append(f"`{param}={shown}` was ignored: expected {expected}")
     if run.warn_slot is not None:
-        run.warn_slot.warning("The link asked for what this page cannot show, so it shows "
-                              "the default instead:\n\n" + "\n".join(f"- {r}" for r in
-                                                                     run.refused), icon="🔗")
+        listed = "\n".join(f"- {r}" for r in run.refused)
+        run.warn_slot.warning("The link asked for what this page cannot show, so it shows the "
+                              f"default instead:\n\n{listed}", icon=":material/link:")
 
 
 # -- the one way a widget is bound to the link ---------------------------------------------------
 def bind_param(param: str, default: T, parse: Callable[[str], T], valid: Callable[[T], bool],
-           expected: str, to_text: Callable[[T], str], make: Callable[[str], T],
-           page: str | None = None) -> T:
+               expected: str, to_text: Callable[[T], str], make: Callable[[str], T],
+               page: str | None = None) -> T:
+    """Bind the widget that `make(key)` draws to the link parameter `param` (the widget key);
+    its value is kept under `page` (this page, or GLOBAL for a lab-wide setting)."""
     run = _run()
-    page = page or run.page
-    models = st.session_state.setdefault(_MODEL, {}).setdefault(page, {})
-    owner = st.session_state.setdefault(_OWNER, {})
+    models = st.session_state.setdefault(_MODEL, {}).setdefault(page or run.page, {})
+    drawn_on = st.session_state.setdefault(_OWNER, {})
     key = param
+    value: Any = None
     if run.link is not None:  # a new link: its value, or the default
         value = default
         raw = run.link.get(param)
@@ -152,34 +154,35 @@ def bind_param(param: str, default: T, parse: Callable[[str], T], valid: Callabl
                 value = parsed
             else:
                 _refuse(param, raw, expected)
-        st.session_state[key] = value
-    elif owner.get(key) != page or key not in st.session_state:
+    elif drawn_on.get(key) != run.page or key not in st.session_state:
+        # First drawn on this page (another page's widget may have held the key): its value.
         stored = models.get(param, default)
-        st.session_state[key] = stored if valid(stored) else default
+        value = stored if valid(stored) else default
     elif not valid(st.session_state[key]):  # the range shrank since the last run
-        st.session_state[key] = default
-    owner[key] = page
+        value = default
+    if value is not None:
+        st.session_state.pop(key, None)  # unbind it from a widget of another page
+        st.session_state[key] = value
+    drawn_on[key] = run.page
     value = make(key)
     models[param] = value
     register(param, to_text(value), to_text(default))
     return value
 
 
-def set_param(param: str, value: Any, page: str | None = None) -> None:
-    """Change a setting from a callback (a preset, an example button): before its widget."""
-    st.session_state.setdefault(_MODEL, {}).setdefault(page or current_page(), {})[param] = value
+def set_param(param: str, value: Any) -> None:
+    """Change a setting of this page from a callback (a preset, an example button)."""
+    st.session_state.setdefault(_MODEL, {}).setdefault(current_page(), {})[param] = value
     st.session_state[param] = value
-    st.session_state.setdefault(_OWNER, {})[param] = page or current_page()
+    st.session_state.setdefault(_OWNER, {})[param] = current_page()
 
 
 def reset_page() -> None:
     """Every setting of this page back to its default (a callback: "Back to the example")."""
     page = current_page()
-    st.session_state.setdefault(_MODEL, {})[page] = {}
-    for key, owner in list(st.session_state.get(_OWNER, {}).items()):
-        if owner == page:
-            st.session_state.pop(key, None)
-            del st.session_state[_OWNER][key]
+    for key in st.session_state.setdefault(_MODEL, {}).pop(page, {}):
+        st.session_state.pop(key, None)
+        st.session_state.get(_OWNER, {}).pop(key, None)
 
 
 # -- parsing link text -------------------------------------------------------------------------

@@ -10,7 +10,15 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from lab.figures.common import over_time_figure, two_panels
-from lab.figures.style import EDGE_COLOR, FONT_SIZE, PALETTE, base_figure, label_margin, lighten
+from lab.figures.style import (
+    EDGE_COLOR,
+    FONT_SIZE,
+    HIGHLIGHT_COLOR,
+    PALETTE,
+    base_figure,
+    label_margin,
+    lighten,
+)
 from lab.scenarios.fragmentation import FragFrame, SweepRow
 
 CONTIGUOUS, PAGED = "Contiguous (reserve prompt + max output)", "Paged (blocks as tokens arrive)"
@@ -26,10 +34,13 @@ def request_color(req_id: int) -> str:
 
 
 def _segment(segments: dict[str, list], row: int, x0: int, x1: int, color: str, text: str,
-             line: str = EDGE_COLOR) -> None:
-    """One stretch of slots on a row of the map, as one bar of the map's bar trace."""
+             changed: bool = False, pattern: str = "") -> None:
+    """One stretch of slots on a row of the map, as one bar of the map's bar trace; `changed`
+    outlines it (its request was admitted or finished at this step), `pattern` hatches it."""
     for key, value in (("y", row), ("base", x0), ("x", x1 - x0), ("color", color),
-                       ("line", line), ("hover", text)):
+                       ("line", HIGHLIGHT_COLOR if changed else EDGE_COLOR),
+                       ("width", 2.5 if changed else 0.6), ("pattern", pattern),
+                       ("hover", text)):
         segments[key].append(value)
 
 
@@ -41,21 +52,26 @@ def memory_maps(frame: FragFrame, capacity: int, block_size: int) -> go.Figure:
     request that must be placed next are red: external fragmentation.
     """
     external_threshold = frame.next_reservation
-    segments: dict[str, list] = {k: [] for k in ("y", "base", "x", "color", "line", "hover")}
+    segments: dict[str, list] = {k: [] for k in ("y", "base", "x", "color", "line", "width",
+                                                 "pattern", "hover")}
     labels: list[dict] = []
+    changed = {name: set(r.admitted_ids) if r else set() for name, r in frame.records.items()}
     for r in frame.regions:
-        color = request_color(r.req_id)
+        color, new = request_color(r.req_id), r.req_id in changed["contiguous"]
         _segment(segments, 1, r.start, r.start + r.used, color,
-                 f"R{r.req_id}: {r.used} tokens stored")
+                 f"R{r.req_id}: {r.used} tokens stored", new)
         _segment(segments, 1, r.start + r.used, r.start + r.reserved, lighten(color, 0.75),
-                 f"R{r.req_id}: {r.reserved - r.used} slots reserved, unused")
+                 f"R{r.req_id}: {r.reserved - r.used} slots reserved, unused", new)
         if r.reserved >= MIN_LABEL_SLOTS:
             labels.append(dict(x=r.start + r.reserved / 2, y=1, text=f"R{r.req_id}"))
     for start, size in frame.holes:
         external = size < external_threshold
         why = f": too small for the next request ({external_threshold} slots)" if external else ""
+        # Hatched and labelled as well as red: told apart without seeing the colour.
         _segment(segments, 1, start, start + size, EXTERNAL_COLOR if external else FREE_COLOR,
-                 f"hole of {size} free slots{why}")
+                 f"hole of {size} free slots{why}", pattern="x" if external else "")
+        if external and size >= MIN_LABEL_SLOTS:
+            labels.append(dict(x=start + size / 2, y=1, text="hole"))
     request_of = {seq: req for req, seq in frame.seq_of_request.items()}
     for block in frame.snapshot.blocks:
         x0 = block.block_id * block_size
@@ -64,19 +80,22 @@ def memory_maps(frame: FragFrame, capacity: int, block_size: int) -> go.Figure:
                      f"block {block.block_id}: free")
             continue
         req = request_of[block.owners[0]]
-        color = request_color(req)
+        color, new = request_color(req), req in changed["paged"]
         _segment(segments, 0, x0, x0 + block.filled, color,
-                 f"block {block.block_id} of R{req}: {block.filled}/{block_size} slots filled")
+                 f"block {block.block_id} of R{req}: {block.filled}/{block_size} slots filled",
+                 new)
         if block.filled < block_size:
             _segment(segments, 0, x0 + block.filled, x0 + block_size,
                      lighten(color, 0.75), f"block {block.block_id} of R{req}: "
-                     f"{block_size - block.filled} empty tail slots")
+                     f"{block_size - block.filled} empty tail slots", new)
     # Segments are bars of one horizontal bar trace, not layout shapes: plotly.js lays out and
     # draws each shape on its own, and a map has a hundred or more.
     traces = [dict(type="bar", orientation="h", y=segments["y"], base=segments["base"],
                    x=segments["x"], width=0.76, hovertext=segments["hover"], hoverinfo="text",
                    marker=dict(color=segments["color"],
-                               line=dict(color=segments["line"], width=0.6)))]
+                               line=dict(color=segments["line"], width=segments["width"]),
+                               pattern=dict(shape=segments["pattern"], fgcolor="#8B1A1A",
+                                            size=8, solidity=0.25)))]
     layout = dict(
         barmode="overlay", margin=dict(l=label_margin(ROW_NAMES), r=20, t=50, b=45),
         annotations=[dict(a, showarrow=False, font=dict(size=FONT_SIZE - 1, color="#111111"),
@@ -91,7 +110,7 @@ def memory_maps(frame: FragFrame, capacity: int, block_size: int) -> go.Figure:
 
 def timeline(frames: list[FragFrame], step: int) -> go.Figure:
     """Sequences running at once, and wasted memory (internal + external, % of the pool)."""
-    layout = two_panels(("Sequences running at once", "Wasted (% of pool)"))
+    layout = two_panels(("Running at once", "Wasted, % of pool"))
     steps = [f.step for f in frames]
     traces = []
     for name, pick in ((CONTIGUOUS, lambda f: f.contiguous), (PAGED, lambda f: f.paged)):
@@ -130,11 +149,11 @@ def sweep_figure(rows: list[SweepRow], current: int) -> go.Figure:
              if t <= 2 * max(r.table_entries for r in rows)]
     layout = dict(
         showlegend=True, margin=dict(l=80, r=90, t=56, b=50), bargap=0.35,
-        legend=dict(orientation="h", y=-0.25, x=0),
+        legend=dict(orientation="h", y=1.02, x=0, yanchor="bottom"),
         xaxis=dict(title=dict(text="block size (tokens per block)"), type="category",
                    domain=[0.0, 0.94]),
         yaxis=dict(title=dict(text="tail waste (%)"), range=[0, max(10.0, top * 1.3)]),
         yaxis2=dict(title=dict(text="table entries"), type="log", tickvals=ticks,
                     showgrid=False, overlaying="y", side="right", anchor="x"))
-    return base_figure([bars, entries], layout,
-                       "Block size: tail waste vs block-table size (this workload)", 380)
+    layout["margin"]["t"] = 96  # the legend sits above the plot, under the title
+    return base_figure([bars, entries], layout, "Tail waste vs table entries", 400)

@@ -45,7 +45,7 @@ def hash_chain(admission: Admission) -> go.Figure:
 
 def cache_over_time(frames: list[PrefixFrame], step: int) -> go.Figure:
     """Left: hit rate in prompt tokens so far. Right: cached free blocks and evictions."""
-    layout = two_panels(("Hit rate (% of prompt tokens)", "Cached free blocks, evictions"),
+    layout = two_panels(("Hit rate, %", "Cached free, evicted"),
                         spacing=0.12)
     steps = [f.step for f in frames]
     traces = [

@@ -139,9 +139,10 @@ def current_step(page, *, wait: bool = True) -> int | None:
     return None if thumb is None else int(thumb.inner_text())
 
 
-def click_control(page, control: str) -> None:
-    """Click a step control: "reset", "back", "forward" or "play" (by its widget key)."""
-    page.locator(f".st-key-step_{control} button:visible").first.click()
+def click_control(page, control: str, key: str = "step") -> None:
+    """Click a step control: "reset", "back", "forward" or "play" (by its widget key; the
+    scheduler page's controls are keyed "sched_step")."""
+    page.locator(f".st-key-{key}_{control} button:visible").first.click()
 
 
 def screenshot(page, directory: Path, name: str, *, full: bool = True) -> Path:
