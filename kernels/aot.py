@@ -4,7 +4,7 @@ registers, spills, shared memory, how many programs fit on an SM, and how wide t
 are. tests/test_kernels_aot.py holds the kernels to these numbers, so that GPU performance
 cannot regress on a machine without a GPU.
 
-    PAGED_LAB_AOT=1 python -m kernels.aot [--json]
+    PAGED_LAB_AOT=1 python -m kernels.aot [--json out.json]
 
 PAGED_LAB_AOT=1 keeps kernels/backend.py from turning on Triton's interpreter (which replaces
 @triton.jit and cannot compile); such a process compiles kernels but runs none.
@@ -104,13 +104,36 @@ def _count(pattern: str, text: str) -> int:
     return len(re.findall(pattern, text))
 
 
+def _bind(call: KernelCall, target: GPUTarget) -> tuple:
+    """What a launch of this call binds: its arguments, their specialisation (a runtime
+    integer becomes a constant 1 or "divisible by 16" unless do_not_specialize), options."""
+    fn = call.kernel
+    backend = make_backend(target)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    return backend, *binder(*call.args, **call.kwargs)
+
+
+def compiled_variants(calls: list[KernelCall], target: GPUTarget = HOPPER) -> dict[str, int]:
+    """How many kernels these calls compile, by kernel: a launch compiles anew whenever the
+    specialisation of its arguments or its options differ from every earlier one's."""
+    keys: dict[str, set[str]] = {}
+    for call in calls:
+        _, _, specialization, options = _bind(call, target)
+        keys.setdefault(call.kernel.__name__, set()).add(f"{specialization}{options}")
+    return {name: len(k) for name, k in keys.items()}
+
+
+def growing_decode_calls(max_len: int = 32768, step: int = 61) -> list[KernelCall]:
+    """The calls of one sequence decoding from 1 to max_len keys (every step-th step)."""
+    return [call for seq_len in range(1, max_len + 1, step)
+            for call in calls_for(Config("bfloat16", 128, 16, ((1, seq_len),), "decode"))]
+
+
 def compile_call(call: KernelCall, target: GPUTarget = HOPPER) -> tuple[dict, str, bytes]:
     """Compile one call as a launch would (same specialisation of its arguments); return
     ptxas's numbers, the PTX and the cubin."""
     fn = call.kernel
-    backend = make_backend(target)
-    binder = create_function_from_signature(fn.signature, fn.params, backend)
-    bound, specialization, options = binder(*call.args, **call.kwargs)
+    backend, bound, specialization, options = _bind(call, target)
     options, signature, constexprs, attrs = fn._pack_args(backend, call.kwargs, bound,
                                                           specialization, options)
     log = io.StringIO()
@@ -182,8 +205,11 @@ def main() -> None:
                      "cannot compile")
     reports = [report(c, call) for c in main_configs() for call in calls_for(c)]
     print(to_markdown(reports))
+    variants = compiled_variants(growing_decode_calls())
+    print(f"\nkernels compiled for one sequence decoding 1 to 32,768 keys: {variants}")
     if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in reports], indent=1))
+        args.json.write_text(json.dumps({"reports": [asdict(r) for r in reports],
+                                         "growing_decode_variants": variants}, indent=1))
 
 
 if __name__ == "__main__":
