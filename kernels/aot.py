@@ -36,8 +36,9 @@ from kernels.paged_inputs import check_paged_inputs
 
 HOPPER = GPUTarget("cuda", 90, 32)
 H100_SMS = 132  # H100 / H200 SXM
-# What one Hopper SM holds: registers, shared memory (each program reserves 1 KB more), threads
-SM_REGISTERS, SM_SHARED, CTA_RESERVED, SM_THREADS = 65536, 233472, 1024, 2048
+# What one Hopper SM holds: registers, shared memory (each program reserves 1 KB more), threads,
+# programs
+SM_REGISTERS, SM_SHARED, CTA_RESERVED, SM_THREADS, SM_CTAS = 65536, 233472, 1024, 2048, 32
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ def ctas_per_sm(registers: int, shared: int, num_warps: int) -> int:
     threads = 32 * num_warps
     per_cta_registers = -(-registers // 8) * 8 * threads  # allocated 8 registers at a time
     return min(SM_REGISTERS // per_cta_registers, SM_SHARED // (shared + CTA_RESERVED),
-               SM_THREADS // threads)
+               SM_THREADS // threads, SM_CTAS)
 
 
 def report(config: Config, call: KernelCall) -> Report:

@@ -333,7 +333,7 @@ def prepare_launch(plan: AttentionPlan, shapes: AttentionShapes, query: torch.Te
         calls.append(KernelCall(_merge_splits_kernel, (shapes.num_tokens, shapes.num_heads, 1),
                                 (out, *partials, shapes.num_tokens),
                                 dict(NUM_HEADS=shapes.num_heads, HEAD_DIM=shapes.head_dim,
-                                     HEAD_PAD=plan.head_pad, **options)))
+                                     HEAD_PAD=plan.head_pad, num_warps=1)))  # 16-byte loads
     return Launch(out, tuple(calls), rows)
 
 
