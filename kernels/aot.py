@@ -186,15 +186,16 @@ def report(config: Config, call: KernelCall) -> Report:
                   compile_s=round(time.perf_counter() - start, 2))
 
 
+COLUMNS = ("config", "kernel", "registers", "spills (B)", "shared KB", "CTAs/SM",
+           "16-B cp.async", "ld.global.v4", "1-2 B loads", "SASS instr.")
+
+
 def to_markdown(reports: list[Report]) -> str:
-    lines = ["| config | kernel | registers | spills (B) | shared KB | CTAs/SM | 16-B cp.async "
-             "| ld.global.v4 | 1-2 B loads | SASS instr. |", "|" + "---|" * 10]
-    for r in reports:
-        lines.append(f"| {r.config} | {r.kernel.strip('_')} | {r.registers} "
-                     f"| {r.spill_stores}/{r.spill_loads} | {r.shared / 1024:.0f} "
-                     f"| {r.ctas_per_sm} | {r.cp_async_16} | {r.ld_global_v4} "
-                     f"| {r.narrow_loads} | {r.sass_instructions} |")
-    return "\n".join(lines)
+    cells = [(r.config, r.kernel.strip("_"), r.registers, f"{r.spill_stores}/{r.spill_loads}",
+              round(r.shared / 1024), r.ctas_per_sm, r.cp_async_16, r.ld_global_v4,
+              r.narrow_loads, r.sass_instructions) for r in reports]
+    table = [COLUMNS, ("---",) * len(COLUMNS), *cells]
+    return "\n".join("| " + " | ".join(map(str, row)) + " |" for row in table)
 
 
 def main() -> None:
