@@ -7,8 +7,9 @@ launch options a GPU would use, on a machine without one.
 Per sequence (a GPU): a program takes one tile of one sequence's new tokens for one KV head; its
 rows are (token, query head) pairs, the query heads that share the KV head. The tiles of all
 sequences lie end to end on grid x (no grid-z limit of 65,535; at most one idle program per
-sequence). When those programs leave the GPU part empty, each tile's context is split across
-grid z (flash-decoding) and a second kernel merges the splits:
+sequence). When those programs would leave the GPU part idle, or one long context would
+outlast the rest of the batch, each tile's context is split across grid z (flash-decoding) and
+a second kernel merges the splits:
 - the split count is a runtime argument, so a context growing step by step never recompiles;
 - it is chosen from the work, not only the longest context: the longest context's share per
   split is about the batch's keys per resident program (CTAS_PER_SM programs on every SM),
@@ -33,7 +34,7 @@ from kernels.paged_inputs import AttentionShapes
 
 CTAS_PER_SM = 3  # resident programs an SM should get: enough loads in flight to hide latency
 MIN_SPLIT_KEYS = 256  # below this, a split's merge costs more than its parallelism gains
-MAX_SPLITS = 256
+MAX_SPLITS = 256  # bounds the partial-state buffers: splits x tokens x heads x head_dim floats
 
 
 @dataclass(frozen=True)
