@@ -3,6 +3,10 @@
 `write_kv` stores token i's K/V at slot_mapping[i] = physical_block * block_size + offset
 (a negative slot means "skip this token"). `copy_blocks` copies physical block src into dst for
 every (src, dst) pair: the copy in copy-on-write, or a block being moved.
+
+Checking the slots reads them back from the device (a host sync, which no CUDA graph can
+capture). A caller that built them from a host list checks the list once (`check_slots`) and
+writes every layer with `check=False`; the other checks read only shapes and dtypes.
 """
 
 from __future__ import annotations
@@ -94,9 +98,29 @@ def _as_words(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tensors
 
 
+def check_slots(slot_mapping: torch.Tensor | list[int], num_slots: int) -> None:
+    """Every written (non-negative) slot inside the cache's num_slots, none twice. A tensor is
+    read back from its device; a list is checked on the host."""
+    if isinstance(slot_mapping, torch.Tensor):
+        valid = slot_mapping[slot_mapping >= 0]  # [num_written]
+        top = int(valid.max()) if valid.numel() else -1
+        repeated = valid.numel() and valid.unique().numel() != valid.numel()
+    else:
+        valid = [s for s in slot_mapping if s >= 0]
+        top, repeated = max(valid, default=-1), len(set(valid)) != len(valid)
+    if top >= num_slots:
+        raise ValueError(f"slot_mapping: slot {top} is outside the {num_slots} slots of the "
+                         "cache")
+    if repeated:
+        raise ValueError("slot_mapping: the same slot appears twice")
+
+
 def write_kv(key_cache: torch.Tensor, value_cache: torch.Tensor, key: torch.Tensor,
-             value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Store key[i], value[i] ([n, num_kv_heads, head_dim]) at slot slot_mapping[i], in place."""
+             value: torch.Tensor, slot_mapping: torch.Tensor, *, check: bool = True) -> None:
+    """Store key[i], value[i] ([n, num_kv_heads, head_dim]) at slot slot_mapping[i], in place.
+
+    check=False skips reading the slots back (`check_slots`): the caller checked them.
+    """
     _check_caches(key_cache, value_cache)
     num_blocks, block_size, num_kv_heads, head_dim = key_cache.shape
     n = key.shape[0] if isinstance(key, torch.Tensor) and key.dim() else -1
@@ -117,13 +141,8 @@ def write_kv(key_cache: torch.Tensor, value_cache: torch.Tensor, key: torch.Tens
         raise ValueError(f"slot_mapping: has {slot_mapping.shape[0]} slots for {n} tokens")
     if n == 0:
         return
-    valid = slot_mapping[slot_mapping >= 0]  # [num_written]
-    if valid.numel():
-        if int(valid.max()) >= num_blocks * block_size:
-            raise ValueError(f"slot_mapping: slot {int(valid.max())} is outside the "
-                             f"{num_blocks * block_size} slots of the cache")
-        if valid.unique().numel() != valid.numel():
-            raise ValueError("slot_mapping: the same slot appears twice")
+    if check:
+        check_slots(slot_mapping, num_blocks * block_size)
     key_cache, value_cache, key, value = _as_words(key_cache, value_cache, key, value)
     row = key_cache[0, 0].numel()  # elements (words or values) per slot: all KV heads
     row_pad = triton.next_power_of_2(row)

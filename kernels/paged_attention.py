@@ -6,12 +6,17 @@ physical block, and K/V are loaded from there. An online softmax in float32 (run
 running sum, rescaled accumulator) combines the tiles. Causal: the i-th of a sequence's q new
 tokens sits at position seq_len - q + i and sees positions up to its own.
 
-Two layouts of programs, the same arithmetic:
-- per sequence (a GPU): one program per (sequence, KV head, tile of that sequence's new
-  tokens); its rows are the query heads that share the KV head, so the group is served by one
-  pass over the cache. When there are too few programs to fill the SMs and the contexts are long,
-  each tile's context is split across several programs (flash-decoding); a second small kernel
-  merges their partial softmax states.
+Two layouts of programs, the same arithmetic (kernels/attention_plan.py chooses):
+- per sequence (a GPU): one program per (tile of one sequence's new tokens, KV head[, split]);
+  its rows are the query heads that share the KV head, so the group is served by one pass over
+  the cache. The tiles of all sequences lie end to end on grid x; a program finds its sequence
+  by a binary search over query_start_loc (or is the sequence, when every sequence's new tokens
+  fit one tile). When the programs would leave the GPU part idle, or one long context would
+  outlast the rest, each tile's context is split across grid z (flash-decoding) and a second
+  kernel merges the splits' partial softmax states. Block size, head size and tile sizes are
+  constexprs (a key's block is a shift, its slot a mask); K/V rows are contiguous runs of
+  head_dim values at 16-byte aligned offsets, loaded with a mask only when head_dim is not a
+  power of two, so the compiler reads them with 16-byte vector loads through cp.async.
 - whole batch (the interpreter, where each program and each op costs Python time): one program
   takes a tile of the batch's (token, query head) rows, from any sequences. Its columns are
   (KV head, key) pairs: the batch's contexts laid end to end, once per KV head. The wrapper lays
@@ -26,13 +31,16 @@ Two layouts of programs, the same arithmetic:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
 import kernels.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
+from kernels.attention_plan import AttentionPlan, plan_attention
 from kernels.backend import kernel_launch
 from kernels.paged_inputs import AttentionShapes, check_paged_inputs
 from kernels.whole_batch import WholeBatchLayout, shared_prefix_len, whole_batch_layout
@@ -41,20 +49,21 @@ LOG2E = 1.4426950408889634
 NEG_BIG = tl.constexpr(-1.0e30)  # running-max start: finite, so masked rows never give NaN
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_bt", "num_seqs", "num_tokens", "num_splits"])
 def _paged_attention_kernel(
     out_ptr, query_ptr, key_cache_ptr, value_cache_ptr,
     block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
     first_key_ptr, last_key_ptr, shared_first_ptr, shared_last_ptr, key_entry_ptr, key_slot_ptr,
     program_lo_ptr, program_end_ptr,  # ^ used if WHOLE_BATCH (kernels/whole_batch.py)
+    partial_out_ptr, partial_m_ptr, partial_l_ptr, partial_used_ptr,  # used if SPLIT
     qk_scale,  # softmax scale * log2(e): the kernel works in base 2
-    stride_t, stride_h,  # of query and out (both contiguous)
-    stride_cb, stride_cs, stride_ch, stride_bt,
-    block_size, head_dim,
-    partial_out_ptr, partial_m_ptr, partial_l_ptr, num_tokens, num_heads,  # used if NUM_SPLITS > 1
-    GROUP: tl.constexpr, HEADS_PAD: tl.constexpr, BLOCK_Q: tl.constexpr,
-    HEAD_PAD: tl.constexpr, TILE_N: tl.constexpr, PRECISION: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
+    stride_cb: tl.int64, stride_cs, stride_ch,  # of the caches (block, slot, KV head)
+    stride_bt, num_seqs, num_tokens, num_splits,  # runtime values that change call to call
+    NUM_HEADS: tl.constexpr, GROUP: tl.constexpr, HEADS_PAD: tl.constexpr,
+    BLOCK_Q: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, MIN_SPLIT_TILES: tl.constexpr,
+    ONE_TILE_PER_SEQ: tl.constexpr, PRECISION: tl.constexpr,
+    SPLIT: tl.constexpr,  # several programs share a tile's context: write partial states
     DOT_F32: tl.constexpr,  # float32 dots (interpreter with bf16)
     WHOLE_BATCH: tl.constexpr,
     SHARED_PREFIX: tl.constexpr,  # whole batch: keys every sequence shares are laid out once
@@ -68,9 +77,7 @@ def _paged_attention_kernel(
     # int32 arange needs no cast where it meets an int64 first (the op is then int64).
     pid = tl.program_id(0).to(tl.int64)
     dims = tl.arange(0, HEAD_PAD)[None, :]  # [1, D]
-    col_ok = dims < head_dim  # [1, D]
-    # K/V columns past head_dim read their KV head's first value, so the loads need no mask:
-    # q is zero in those columns and their outputs are never stored.
+    col_ok = dims < HEAD_DIM  # [1, D]
     if WHOLE_BATCH:  # program: BLOCK_Q consecutive rows of the wrapper's rows (HEADS_PAD is 1)
         rows = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)[:, None]  # [M, 1]
         q_offs = rows * HEAD_PAD + dims  # [M, D] the wrapper's query rows, also out's
@@ -86,35 +93,56 @@ def _paged_attention_kernel(
         kv_lo = tl.load(program_lo_ptr + pid)  # the program's columns
         kv_end = tl.load(program_end_ptr + pid)
         kv_hi = kv_end
+        # The interpreter's trick: K/V columns past head_dim read their KV head's first value,
+        # so the loads need no mask (q is zero there, those outputs are never stored). A GPU
+        # would see non-contiguous offsets and load 2 bytes at a time.
         col_offs = tl.where(col_ok, dims, 0)  # [1, D] within the KV head (key_slot_offs has it)
-    else:  # program (sequence, KV head, tile of that sequence's new tokens[, split])
-        rows = tl.arange(0, BLOCK_Q * HEADS_PAD)[:, None]  # [M, 1]
-        in_group = rows % HEADS_PAD  # [M, 1] query head among the KV head's
-        seq = pid
-        kv_head = tl.program_id(1).to(tl.int64)
-        tile_split = tl.program_id(2).to(tl.int64)
-        first_q = (tile_split // NUM_SPLITS) * BLOCK_Q
-        split = tile_split % NUM_SPLITS
+    else:  # program (tile of one sequence's new tokens, KV head, split)
+        if ONE_TILE_PER_SEQ:  # every sequence's new tokens fit one tile: program x is the seq
+            seq = pid
+            first_q = pid * 0
+        else:  # tile t of sequence s is program query_start_loc[s] // BLOCK_Q + s + t: find s
+            seq = pid * 0  # query_start_loc[seq] // BLOCK_Q + seq <= pid, always
+            hi = seq + num_seqs
+            while hi - seq > 1:
+                mid = (seq + hi) // 2
+                if tl.load(query_start_loc_ptr + mid) // BLOCK_Q + mid <= pid:
+                    seq = mid
+                else:
+                    hi = mid
+            first_q = (pid - tl.load(query_start_loc_ptr + seq) // BLOCK_Q - seq) * BLOCK_Q
         q_start = tl.load(query_start_loc_ptr + seq).to(tl.int64)
-        q_len = tl.load(query_start_loc_ptr + seq + 1).to(tl.int64) - q_start
-        if first_q >= q_len:
+        q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
+        if first_q >= q_len:  # a tile past its sequence's new tokens
             return
-        context_len = tl.load(seq_lens_ptr + seq).to(tl.int64) - q_len  # keys before the new
+        context_len = tl.load(seq_lens_ptr + seq) - q_len  # keys before the new ones
+        rows = tl.arange(0, BLOCK_Q * HEADS_PAD)[:, None]  # [M, 1]
+        in_group = rows % HEADS_PAD  # query head among the KV head's
         q_idx = first_q + rows // HEADS_PAD  # [M, 1] index among this sequence's new tokens
         token = q_start + q_idx
+        kv_head = tl.program_id(1).to(tl.int64)
+        head = kv_head * GROUP + in_group  # [M, 1] query head
         row_ok = (q_idx < q_len) & (in_group < GROUP)
         last_key = context_len + q_idx  # [M, 1] a row sees keys up to its own position
         kv_end = context_len + tl.minimum(first_q + BLOCK_Q, q_len)  # keys this tile needs
-        # With several splits, each covers its own whole-tile share of [0, kv_end) (maybe none).
-        chunk = (((kv_end + NUM_SPLITS - 1) // NUM_SPLITS + TILE_N - 1) // TILE_N) * TILE_N
-        kv_lo = split * chunk
-        kv_hi = tl.minimum(kv_lo + chunk, kv_end)
+        kv_lo = 0
+        kv_hi = kv_end
+        if SPLIT:  # a split covers whole tiles of [0, kv_end): an even share, at least
+            # MIN_SPLIT_TILES, so a short context leaves the later splits empty
+            chunk = tl.maximum(((kv_end + TILE_N - 1) // TILE_N + num_splits - 1) // num_splits,
+                               MIN_SPLIT_TILES) * TILE_N
+            kv_lo = tl.program_id(2) * chunk
+            if kv_lo >= kv_end:  # a split past this tile's context
+                return
+            kv_hi = tl.minimum(kv_lo + chunk, kv_end)
+            if tl.program_id(2) == 0:  # how many splits the merge combines, for each row
+                tl.store(partial_used_ptr + token * NUM_HEADS + head,
+                         (token * 0 + (kv_end + chunk - 1) // chunk).to(tl.int32), mask=row_ok)
         table_row = block_tables_ptr + seq * stride_bt
-        head = kv_head * GROUP + in_group  # [M, 1] query head
-        q_offs = token * stride_t + head * stride_h + dims  # [M, D], also out's
+        q_offs = token * (NUM_HEADS * HEAD_DIM) + head * HEAD_DIM + dims  # [M, D], also out's
         q_mask = row_ok & col_ok  # [M, D]
         q = tl.load(query_ptr + q_offs, mask=q_mask, other=0.0)  # [M, D]
-        col_offs = tl.where(col_ok, kv_head * stride_ch + dims, 0)  # [1, D] within a slot
+        col_offs = kv_head * stride_ch + dims  # [1, D] contiguous within a slot
     if DOT_F32:
         q = q.to(tl.float32)
 
@@ -129,8 +157,8 @@ def _paged_attention_kernel(
         across = cols[None, :]  # [1, N]
         # Each key's logical block is looked up in its sequence's block table row: the physical
         # block holding it. Columns past kv_end read a real key (the wrapper pads the whole-batch
-        # key lists by a tile; per sequence they are clamped onto the last needed key) and are
-        # masked out below, so every read stays inside the block table and the cache.
+        # key lists by a tile with the last key's; per sequence they are clamped onto the last
+        # needed key) and are masked out below, so every read stays inside the table and cache.
         if WHOLE_BATCH:
             entry = tl.load(key_entry_ptr + cols)  # [N] its table row + its logical block
             physical = tl.load(block_tables_ptr + entry).to(tl.int64)  # [N] physical blocks
@@ -140,11 +168,14 @@ def _paged_attention_kernel(
                 visible = visible | ((across >= shared_first) & (across <= shared_last))
         else:
             pos = tl.minimum(cols, kv_end - 1)  # [N] position in the sequence
-            physical = tl.load(table_row + pos // block_size).to(tl.int64)  # [N]
-            slot_offs = (pos % block_size) * stride_cs
+            physical = tl.load(table_row + pos // BLOCK_SIZE).to(tl.int64)  # [N]
+            slot_offs = (pos % BLOCK_SIZE) * stride_cs
             visible = across <= last_key  # [M, N]
         offs = (physical * stride_cb + slot_offs)[:, None] + col_offs  # [N, D]
-        k = tl.load(key_cache_ptr + offs)  # [N, D]
+        if WHOLE_BATCH or HEAD_PAD == HEAD_DIM:
+            k = tl.load(key_cache_ptr + offs)  # [N, D]
+        else:
+            k = tl.load(key_cache_ptr + offs, mask=col_ok, other=0.0)
         if DOT_F32:
             k = k.to(tl.float32)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [M, N]
@@ -156,7 +187,10 @@ def _paged_attention_kernel(
         alpha = tl.exp2(m_i - m_new)  # [M, 1] rescales what was summed under the old max
         p = tl.exp2(s - m_new)  # [M, N]
         l_i = l_i * alpha + tl.reduce(p, 1, tl.standard._sum_combine, keep_dims=True)
-        v = tl.load(value_cache_ptr + offs)  # [N, D]
+        if WHOLE_BATCH or HEAD_PAD == HEAD_DIM:
+            v = tl.load(value_cache_ptr + offs)  # [N, D]
+        else:
+            v = tl.load(value_cache_ptr + offs, mask=col_ok, other=0.0)
         if DOT_F32:
             v = v.to(tl.float32)
         acc = acc * alpha + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
@@ -164,37 +198,40 @@ def _paged_attention_kernel(
 
     if WHOLE_BATCH:  # float32 rows, every one with a key (padding rows repeat the last row)
         tl.store(out_ptr + q_offs, acc / l_i)
-    elif NUM_SPLITS == 1:  # each row writes where its query came from
-        out = acc / tl.where(row_ok, l_i, 1.0)  # [M, D]
-        tl.store(out_ptr + q_offs, out.to(out_ptr.dtype.element_ty), mask=q_mask)
-    else:  # keep this split's unnormalised state; _merge_splits_kernel combines the splits
-        part = (split * num_tokens + token) * num_heads + head  # [M, 1]
+    elif SPLIT:  # keep this split's unnormalised state; _merge_splits_kernel combines them
+        part = (tl.program_id(2) * num_tokens + token) * NUM_HEADS + head  # [M, 1]
         tl.store(partial_m_ptr + part, m_i, mask=row_ok)
         tl.store(partial_l_ptr + part, l_i, mask=row_ok)
-        tl.store(partial_out_ptr + part * head_dim + dims, acc, mask=q_mask)
+        tl.store(partial_out_ptr + part * HEAD_DIM + dims, acc, mask=q_mask)
+    else:  # each row writes where its query came from
+        out = acc / tl.where(row_ok, l_i, 1.0)  # [M, D]
+        tl.store(out_ptr + q_offs, out.to(out_ptr.dtype.element_ty), mask=q_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_tokens"])
 def _merge_splits_kernel(out_ptr, partial_out_ptr, partial_m_ptr, partial_l_ptr,
-                         stride_ot, stride_oh, num_tokens, num_heads, head_dim,
-                         NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
-                         HEAD_PAD: tl.constexpr):
-    # One program per (token, head): rescale each split's sum and output to the global max.
+                         partial_used_ptr, num_tokens, NUM_HEADS: tl.constexpr,
+                         HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr):
+    # One program per (token, head): combine the splits that saw its keys (the attention
+    # kernel wrote how many), each split's sum and output rescaled to the running max.
     token = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
-    splits = tl.arange(0, SPLITS_PAD)
-    split_ok = splits < NUM_SPLITS
-    part = (splits * num_tokens + token) * num_heads + head  # [S]
-    m = tl.load(partial_m_ptr + part, mask=split_ok, other=NEG_BIG)
-    weight = tl.exp2(m - tl.max(m, 0))  # [S]; 0 for splits that saw no key
-    total = tl.sum(tl.load(partial_l_ptr + part, mask=split_ok, other=0.0) * weight, 0)
     dims = tl.arange(0, HEAD_PAD)
-    dim_ok = dims < head_dim
-    acc = tl.load(partial_out_ptr + part[:, None] * head_dim + dims[None, :],
-                  mask=split_ok[:, None] & dim_ok[None, :], other=0.0)  # [S, D]
-    out = tl.sum(acc * weight[:, None], 0) / total  # [D]
-    tl.store(out_ptr + token * stride_ot + head * stride_oh + dims,
-             out.to(out_ptr.dtype.element_ty), mask=dim_ok)
+    dim_ok = dims < HEAD_DIM
+    m_i = tl.full([1], NEG_BIG, tl.float32)
+    l_i = tl.full([1], 0.0, tl.float32)
+    acc = tl.full([HEAD_PAD], 0.0, tl.float32)  # [D]
+    for split in range(0, tl.load(partial_used_ptr + token * NUM_HEADS + head)):
+        part = (split * num_tokens + token) * NUM_HEADS + head
+        m = tl.load(partial_m_ptr + part)
+        m_new = tl.maximum(m_i, m)
+        alpha, beta = tl.exp2(m_i - m_new), tl.exp2(m - m_new)  # a row that saw no key: 0
+        l_i = l_i * alpha + tl.load(partial_l_ptr + part) * beta
+        acc = acc * alpha + tl.load(partial_out_ptr + part * HEAD_DIM + dims, mask=dim_ok,
+                                    other=0.0) * beta
+        m_i = m_new
+    tl.store(out_ptr + (token * NUM_HEADS + head) * HEAD_DIM + dims,
+             (acc / l_i).to(out_ptr.dtype.element_ty), mask=dim_ok)
 
 
 @cache
@@ -202,17 +239,102 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def choose_num_splits(shapes: AttentionShapes, programs: int, device: torch.device) -> int:
-    """Split long contexts across programs when (sequence, KV head, tile) leaves SMs idle.
+def plan_call(shapes: AttentionShapes, query: torch.Tensor, block_tables: torch.Tensor,
+              seq_lens: torch.Tensor, num_splits: int | None = None,
+              whole_batch: bool | None = None) -> AttentionPlan:
+    """The plan for a call on these tensors (kernels/attention_plan.py). whole_batch None
+    chooses it for the interpreter, where each program and each op costs Python time; a GPU
+    wants many small programs. The whole-batch layout reads the block tables (a host sync)."""
+    compiled = query.is_cuda
+    if whole_batch is None:
+        whole_batch = not compiled and not num_splits
+    shared = shared_prefix_len(block_tables, seq_lens, shapes.block_size) if whole_batch else 0
+    return plan_attention(shapes, query.dtype, compiled,
+                          _sm_count(query.device) if compiled else 0, whole_batch, num_splits,
+                          shared)
 
-    Only for compiled kernels: in the interpreter more programs only cost more Python time.
+
+@dataclass(frozen=True)
+class KernelCall:
+    """One kernel launch: the @triton.jit function, its grid, arguments and keyword arguments
+    (constexprs and launch options). The ahead-of-time compile test compiles exactly these."""
+
+    kernel: Any
+    grid: tuple[int, int, int]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A paged-attention call ready to launch: its kernel calls and where the output lands."""
+
+    out: torch.Tensor  # [num_tokens, num_heads, head_dim]
+    calls: tuple[KernelCall, ...]
+    rows: torch.Tensor | None = None  # whole batch: the kernel's float32 (token, head) rows
+
+    def run(self) -> torch.Tensor:
+        with kernel_launch():
+            for call in self.calls:
+                call.kernel[call.grid](*call.args, **call.kwargs)
+        if self.rows is not None:
+            num_tokens, num_heads, head_dim = self.out.shape
+            self.out.copy_(self.rows[:num_tokens * num_heads, :head_dim].view(self.out.shape))
+        return self.out
+
+
+def prepare_launch(plan: AttentionPlan, shapes: AttentionShapes, query: torch.Tensor,
+                   key_cache: torch.Tensor, value_cache: torch.Tensor,
+                   block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                   query_start_loc: torch.Tensor) -> Launch:
+    """The kernel calls of one paged-attention call on inputs `check_paged_inputs` accepted.
+
+    Reads nothing back from the device on the per-sequence layout (a CUDA graph can capture
+    it); the whole-batch layout is built with torch ops on the host's side of the interpreter.
     """
-    if device.type != "cuda":
-        return 1
-    sms = _sm_count(device)
-    if programs >= sms:
-        return 1
-    return max(1, min(triton.cdiv(2 * sms, programs), shapes.max_seq_len // 512, 16))
+    query = query.contiguous()  # out shares its offsets
+    out = torch.empty_like(query)  # [num_tokens, num_heads, head_dim]
+    if shapes.max_query_len == 0:
+        return Launch(out, ())
+    options = dict(num_warps=plan.num_warps, num_stages=plan.num_stages)
+    split = plan.num_splits > 1
+    rows = None
+    if plan.whole_batch:
+        layout = whole_batch_layout(query, block_tables, seq_lens, query_start_loc,
+                                    shapes.num_kv_heads, shapes.block_size, key_cache.stride(1),
+                                    key_cache.stride(2), plan.block_q, plan.head_pad, plan.tile_n,
+                                    plan.shared)
+        rows = torch.empty(layout.query_rows.shape, dtype=torch.float32, device=query.device)
+        kernel_out, whole = rows, layout.kernel_args()  # [padded rows, HEAD_PAD]
+    else:
+        kernel_out = out
+        whole = (query, *(query_start_loc,) * (WholeBatchLayout.num_args() - 1))  # unused
+    if split:  # each split's running max and sum, its output, and how many splits a row has
+        partial = (plan.num_splits, shapes.num_tokens, shapes.num_heads)
+        partials = (torch.empty((*partial, shapes.head_dim), dtype=torch.float32,
+                                device=query.device),  # [splits, tokens, heads, head_dim]
+                    torch.empty(partial, dtype=torch.float32, device=query.device),
+                    torch.empty(partial, dtype=torch.float32, device=query.device),
+                    torch.empty(partial[1:], dtype=torch.int32, device=query.device))
+    else:
+        partials = (out,) * 4  # unused
+    calls = [KernelCall(_paged_attention_kernel, plan.grid, (
+        kernel_out, whole[0], key_cache, value_cache, block_tables, seq_lens, query_start_loc,
+        *whole[1:], *partials, shapes.scale * LOG2E,
+        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+        block_tables.stride(0), shapes.num_seqs, shapes.num_tokens, plan.num_splits,
+    ), dict(NUM_HEADS=shapes.num_heads, GROUP=shapes.num_heads // shapes.num_kv_heads,
+            HEADS_PAD=plan.heads_pad, BLOCK_Q=plan.block_q, HEAD_DIM=shapes.head_dim,
+            HEAD_PAD=plan.head_pad, BLOCK_SIZE=shapes.block_size, TILE_N=plan.tile_n,
+            MIN_SPLIT_TILES=plan.min_split_tiles, ONE_TILE_PER_SEQ=plan.one_tile_per_seq,
+            PRECISION=plan.precision, SPLIT=split, DOT_F32=plan.dot_f32,
+            WHOLE_BATCH=plan.whole_batch, SHARED_PREFIX=plan.shared > 0, **options))]
+    if split:
+        calls.append(KernelCall(_merge_splits_kernel, (shapes.num_tokens, shapes.num_heads, 1),
+                                (out, *partials, shapes.num_tokens),
+                                dict(NUM_HEADS=shapes.num_heads, HEAD_DIM=shapes.head_dim,
+                                     HEAD_PAD=plan.head_pad, num_warps=1)))  # 16-byte loads
+    return Launch(out, tuple(calls), rows)
 
 
 def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cache: torch.Tensor,
@@ -224,88 +346,12 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
 
     num_splits: how many programs share one tile's context (flash-decoding); None chooses.
     whole_batch: one program per tile of the batch's (token, query head) rows, all sequences
-    and heads at once, instead of one per (sequence, KV head, tile). None chooses it for the
-    interpreter, where each program and each op costs Python time; a GPU wants many small
-    programs.
+    and heads at once, instead of one per (tile of a sequence's new tokens, KV head); None
+    chooses (see plan_call).
     """
-    query = query.contiguous()  # out shares its offsets
-    out = torch.empty_like(query)  # [num_tokens, num_heads, head_dim]
-    if shapes.max_query_len == 0:
-        return out
-    if whole_batch is None:
-        whole_batch = not query.is_cuda and not num_splits
-    if whole_batch and (num_splits or 1) > 1:
-        raise ValueError("num_splits: splitting a context across programs needs "
-                         "whole_batch=False")
-    group = shapes.num_heads // shapes.num_kv_heads
-    head_pad = max(16, triton.next_power_of_2(shapes.head_dim))
-    shared = shared_prefix_len(block_tables, seq_lens, shapes.block_size) if whole_batch else 0
-    # Tile sizes: on a GPU, 16..64 rows of (token, head) and 32..64 positions per step (smaller
-    # for wide rows, to stay within shared memory); in the interpreter, fewer, larger tiles.
-    if query.is_cuda:
-        max_rows = tile_n = 64 if head_pad * query.element_size() <= 256 else 32
-    elif whole_batch:  # a tile of columns wide enough for the batch's contexts, up to 1024
-        columns = shapes.num_kv_heads * (shapes.total_keys - shared * (shapes.num_seqs - 1))
-        max_rows, tile_n = 256, max(16, min(1024, triton.next_power_of_2(columns)))
-    else:
-        max_rows, tile_n = 128, 256
-    # Triton's interpreter keeps bfloat16 as raw 16-bit integers and cannot multiply them.
-    dot_f32 = not query.is_cuda and query.dtype == torch.bfloat16
-    if whole_batch:  # rows of (token, query head): as many a program as fit, at least 16
-        heads_pad, num_splits = 1, 1  # (tl.dot needs 16 rows)
-        block_q = max(16, min(max_rows, triton.next_power_of_2(shapes.num_tokens
-                                                                * shapes.num_heads)))
-        layout = whole_batch_layout(query, block_tables, seq_lens, query_start_loc,
-                                    shapes.num_kv_heads, shapes.block_size, key_cache.stride(1),
-                                    key_cache.stride(2), block_q, head_pad, tile_n, shared)
-        rows = layout.query_rows  # [padded rows, HEAD_PAD]
-        kernel_out = torch.empty(rows.shape, dtype=torch.float32, device=query.device)
-        grid = (rows.shape[0] // block_q, 1, 1)
-        whole = layout.kernel_args()
-    else:
-        heads_pad = triton.next_power_of_2(group)
-        min_q = max(1, 16 // heads_pad)  # tl.dot needs at least 16 rows
-        block_q = max(min_q, min(max(1, max_rows // heads_pad),
-                                 triton.next_power_of_2(shapes.max_query_len)))
-        q_tiles = triton.cdiv(shapes.max_query_len, block_q)
-        if num_splits is None:
-            num_splits = choose_num_splits(
-                shapes, shapes.num_seqs * shapes.num_kv_heads * q_tiles, query.device)
-        grid = (shapes.num_seqs, shapes.num_kv_heads, q_tiles * num_splits)
-        kernel_out = out
-        whole = (query, *(query_start_loc,) * (WholeBatchLayout.num_args() - 1))  # unused
-    partial_shape = (num_splits, shapes.num_tokens, shapes.num_heads)
-    partial_m = torch.empty(partial_shape if num_splits > 1 else (1,), dtype=torch.float32,
-                            device=query.device)  # [num_splits, num_tokens, num_heads]
-    partial_l = torch.empty_like(partial_m)
-    partial_out = torch.empty((*partial_shape, shapes.head_dim) if num_splits > 1 else (1,),
-                              dtype=torch.float32, device=query.device)
-    with kernel_launch():
-        _paged_attention_kernel[grid](
-            kernel_out, whole[0], key_cache, value_cache, block_tables, seq_lens,
-            query_start_loc, *whole[1:],
-            shapes.scale * LOG2E,
-            query.stride(0), query.stride(1),
-            key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), block_tables.stride(0),
-            shapes.block_size, shapes.head_dim,
-            partial_out, partial_m, partial_l, shapes.num_tokens, shapes.num_heads,
-            GROUP=group, HEADS_PAD=heads_pad, BLOCK_Q=block_q, HEAD_PAD=head_pad, TILE_N=tile_n,
-            PRECISION="ieee" if query.dtype == torch.float32 or dot_f32 else "tf32",
-            NUM_SPLITS=num_splits, DOT_F32=dot_f32, WHOLE_BATCH=whole_batch,
-            SHARED_PREFIX=shared > 0,
-        )
-    if whole_batch:  # rows are (token, head) pairs
-        num_rows = shapes.num_tokens * shapes.num_heads
-        out.copy_(kernel_out[:num_rows, :shapes.head_dim].view(out.shape))
-    if num_splits > 1:
-        with kernel_launch():
-            _merge_splits_kernel[(shapes.num_tokens, shapes.num_heads)](
-                out, partial_out, partial_m, partial_l, out.stride(0), out.stride(1),
-                shapes.num_tokens, shapes.num_heads, shapes.head_dim,
-                NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits),
-                HEAD_PAD=head_pad,
-            )
-    return out
+    plan = plan_call(shapes, query, block_tables, seq_lens, num_splits, whole_batch)
+    return prepare_launch(plan, shapes, query, key_cache, value_cache, block_tables, seq_lens,
+                          query_start_loc).run()
 
 
 def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,

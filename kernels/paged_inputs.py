@@ -3,6 +3,11 @@
 `check_paged_inputs` validates a call (shapes, dtypes, devices, block tables that stay inside
 the cache) and raises a ValueError naming the bad argument; what it learned is an
 `AttentionShapes`, enough to launch the kernel. The dense reference runs the same checks.
+
+Reading lengths and block tables back from a GPU waits for it (a host sync). A caller that
+already knows them on the host (the model's step: its scheduler built the tensors from Python
+lists) hands them over as a `HostBatch`, and the checks read nothing from the device: a step
+validates once, then launches every layer without a sync (and can be captured in a CUDA graph).
 """
 
 from __future__ import annotations
@@ -26,10 +31,41 @@ class AttentionShapes:
     head_dim: int
     num_seqs: int
     block_size: int
-    max_query_len: int
-    max_seq_len: int
-    total_keys: int  # sum of seq_lens
+    seq_lens: tuple[int, ...]  # context per sequence, its new tokens included
+    query_lens: tuple[int, ...]  # new tokens per sequence
     scale: float
+
+    @property
+    def max_query_len(self) -> int:
+        return max(self.query_lens, default=0)
+
+    @property
+    def max_seq_len(self) -> int:
+        return max(self.seq_lens, default=0)
+
+    @property
+    def total_keys(self) -> int:
+        return sum(self.seq_lens)
+
+
+@dataclass(frozen=True)
+class HostBatch:
+    """What the caller knows on the host about the tensors it passes (it vouches that they
+    hold these values): each sequence's context length and new tokens, and the smallest and
+    largest physical block id the used block-table entries hold (no used entry: 0 and -1)."""
+
+    seq_lens: tuple[int, ...]
+    query_lens: tuple[int, ...]
+    min_block: int = 0
+    max_block: int = -1
+
+    @classmethod
+    def from_tables(cls, seq_lens: list[int], query_lens: list[int], block_size: int,
+                    tables: list[list[int]]) -> HostBatch:
+        """From each sequence's block table (physical ids, at least its used entries)."""
+        used = [b for table, n in zip(tables, seq_lens) for b in table[:-(-n // block_size)]]
+        return cls(tuple(seq_lens), tuple(query_lens), min(used, default=0),
+                   max(used, default=-1))
 
 
 def _fail(name: str, message: str) -> ValueError:
@@ -49,9 +85,13 @@ def _check_tensor(name: str, t: object, ndim: int, dtypes: tuple[torch.dtype, ..
 
 def check_paged_inputs(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                        block_tables: torch.Tensor, seq_lens: torch.Tensor,
-                       query_start_loc: torch.Tensor, scale: float | None = None
-                       ) -> AttentionShapes:
-    """Validate a paged-attention call; raise ValueError naming the bad argument."""
+                       query_start_loc: torch.Tensor, scale: float | None = None,
+                       host: HostBatch | None = None) -> AttentionShapes:
+    """Validate a paged-attention call; raise ValueError naming the bad argument.
+
+    host: the lengths and block ids, known to the caller, so that nothing is read back from
+    the device; None reads them from seq_lens, query_start_loc and block_tables.
+    """
     _check_tensor("query", query, 3, FLOAT_DTYPES)
     for name, t in (("key_cache", key_cache), ("value_cache", value_cache)):
         _check_tensor(name, t, 4, FLOAT_DTYPES)
@@ -88,12 +128,21 @@ def check_paged_inputs(query: torch.Tensor, key_cache: torch.Tensor, value_cache
         raise _fail("query_start_loc", f"needs {num_seqs + 1} entries, got "
                     f"{query_start_loc.shape[0]}")
 
-    starts = query_start_loc.tolist()
-    query_lens = [b - a for a, b in zip(starts, starts[1:])]
-    if starts[0] != 0 or starts[-1] != num_tokens or min(query_lens, default=0) < 0:
-        raise _fail("query_start_loc", f"must rise from 0 to num_tokens={num_tokens}, got "
-                    f"{starts}")
-    lens = seq_lens.tolist()
+    if host is None:
+        starts = query_start_loc.tolist()
+        query_lens = [b - a for a, b in zip(starts, starts[1:])]
+        if starts[0] != 0 or starts[-1] != num_tokens or min(query_lens, default=0) < 0:
+            raise _fail("query_start_loc", f"must rise from 0 to num_tokens={num_tokens}, got "
+                        f"{starts}")
+        lens = seq_lens.tolist()
+    else:
+        lens, query_lens = list(host.seq_lens), list(host.query_lens)
+        if len(lens) != num_seqs or len(query_lens) != num_seqs:
+            raise _fail("seq_lens", f"the host batch has {len(lens)} lengths and "
+                        f"{len(query_lens)} query lengths for {num_seqs} sequences")
+        if min(query_lens, default=0) < 0 or sum(query_lens) != num_tokens:
+            raise _fail("query_start_loc", f"query lengths {query_lens} must be >= 0 and add "
+                        f"up to num_tokens={num_tokens}")
     short = [i for i, (s, q) in enumerate(zip(lens, query_lens)) if s < q]
     if short:
         i = short[0]
@@ -103,15 +152,20 @@ def check_paged_inputs(query: torch.Tensor, key_cache: torch.Tensor, value_cache
     if max(blocks_needed, default=0) > block_tables.shape[1]:
         raise _fail("block_tables", f"width {block_tables.shape[1]} < {max(blocks_needed)} "
                     f"blocks needed for seq_len {max(lens)}")
-    if num_seqs and block_tables.shape[1]:
+    if host is not None:
+        outside = host.max_block >= host.min_block and (
+            host.min_block < 0 or host.max_block >= num_blocks)
+    elif num_seqs and block_tables.shape[1]:
         used = (torch.arange(block_tables.shape[1], device=block_tables.device)[None, :]
                 < torch.tensor(blocks_needed, device=block_tables.device)[:, None])
-        if bool((used & ((block_tables < 0) | (block_tables >= num_blocks))).any()):
-            raise _fail("block_tables", f"a used entry is outside [0, {num_blocks})")
+        outside = bool((used & ((block_tables < 0) | (block_tables >= num_blocks))).any())
+    else:
+        outside = False
+    if outside:
+        raise _fail("block_tables", f"a used entry is outside [0, {num_blocks})")
     if scale is None:
         scale = head_dim ** -0.5
     elif not isinstance(scale, (int, float)) or not (0 < abs(float(scale)) < float("inf")):
         raise _fail("scale", f"must be a finite non-zero number, got {scale!r}")
     return AttentionShapes(num_tokens, num_heads, num_kv_heads, head_dim, num_seqs, block_size,
-                           max(query_lens, default=0), max(lens, default=0), sum(lens),
-                           float(scale))
+                           tuple(lens), tuple(query_lens), float(scale))

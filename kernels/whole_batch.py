@@ -46,7 +46,8 @@ class WholeBatchLayout:
     shared_first: torch.Tensor  # [rows] int64: the first shared column of the row's KV head
     shared_last: torch.Tensor  # [rows] int64: the last one it sees (none if < shared_first)
     key_entry: torch.Tensor  # [columns + tile] int64: offset of the key's block-table entry
-    #                          (its sequence's row * stride + its logical block)
+    #                          (its sequence's row * stride + its logical block); the tile of
+    #                          padding repeats the last key
     key_slot_offs: torch.Tensor  # [columns + tile] int64: offset of the key's slot within its
     #                              block plus its KV head's within the slot
     program_lo: torch.Tensor  # [programs] int64: the first column a program walks
@@ -97,10 +98,16 @@ def whole_batch_layout(query: torch.Tensor, block_tables: torch.Tensor, seq_lens
     entry = key_seq * block_tables.stride(0) + key_pos // block_size  # [keys]
     slot = key_pos % block_size * slot_stride  # [keys]
     heads = torch.arange(num_kv_heads, device=device)[:, None] * head_stride  # [KV, 1]
-    pad = (0, tile_n)  # the last tile may reach a tile past the columns: it reads key 0's slot
     by_program = (-1, rows_per_program)
     lo = (segment if shared else first_key).view(by_program).amin(1)  # [programs]
     end = torch.maximum(last_key, shared_last).view(by_program).amax(1) + 1  # [programs]
     return WholeBatchLayout(query_rows.contiguous(), first_key, last_key, segment, shared_last,
-                            F.pad(entry.repeat(num_kv_heads), pad),
-                            F.pad((slot + heads).reshape(-1), pad), lo, end)
+                            _pad_with_last(entry.repeat(num_kv_heads), tile_n),
+                            _pad_with_last((slot + heads).reshape(-1), tile_n), lo, end)
+
+
+def _pad_with_last(columns: torch.Tensor, n: int) -> torch.Tensor:
+    """The last tile may reach a tile past the columns: it reads the last key's slot again.
+    (Not key 0's, which a sequence of length 0 first in the batch does not have: its table
+    entry is not checked and may point outside the cache.)"""
+    return torch.cat([columns, columns[-1:].expand(n)])

@@ -24,6 +24,10 @@ GPU_CASES = CASES + [
     Case("decode_batch_32x8_d128", 32, 8, 128, 16, tuple((1, 100 + 37 * i) for i in range(24))),
     Case("long_prefill_d128", 32, 8, 128, 16, ((700, 1500), (1, 2049), (64, 64))),
     Case("few_long_contexts_split", 32, 8, 128, 16, ((1, 5000), (1, 3001))),  # flash-decoding
+    # one long context among short ones: split as much as it needs, the short ones barely
+    Case("one_long_among_short", 32, 8, 128, 16, ((1, 20000),) + ((1, 100),) * 31),
+    Case("decodes_and_a_prefill_bs32", 32, 8, 128, 32, ((1, 900),) * 8 + ((2048, 2048),)),
+    Case("zero_length_first_d64", 16, 4, 64, 16, ((0, 0), (1, 700), (3, 40))),
 ]
 
 
@@ -69,3 +73,37 @@ def test_cache_ops_round_trip(dtype: torch.dtype) -> None:
     assert torch.equal(key_cache.view(-1, 8, 128)[untouched], before_k.view(-1, 8, 128)[untouched])
     assert torch.equal(value_cache.view(-1, 8, 128)[untouched],
                        before_v.view(-1, 8, 128)[untouched])
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
+def test_a_pool_past_two_billion_elements(dtype: torch.dtype) -> None:
+    """K/V offsets past 2^31 elements (int64 index arithmetic): the sequences' blocks sit at
+    the end of a 2.3-billion-element pool (4.6 GB per cache), every other block NaN."""
+    num_blocks, bs, kv_heads, d = 140_000, 16, 8, 128
+    assert num_blocks * bs * kv_heads * d > 2**31
+    seqs = ((1, 300), (5, 1000), (1, 33))  # (new tokens, seq_len)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    key_cache = torch.full((num_blocks, bs, kv_heads, d), float("nan"), dtype=dtype,
+                           device="cuda")
+    value_cache = torch.full_like(key_cache, float("nan"))
+    needed = [-(-s // bs) for _, s in seqs]
+    tail = num_blocks - sum(needed) + torch.randperm(sum(needed), generator=gen, device="cuda")
+    block_tables = torch.zeros(len(seqs), max(needed), dtype=torch.int32, device="cuda")
+    for row, n in enumerate(needed):
+        block_tables[row, :n] = tail[sum(needed[:row]):sum(needed[:row + 1])]
+    used = tail.long()
+    key_cache[used] = torch.randn(key_cache[used].shape, generator=gen, device="cuda").to(dtype)
+    value_cache[used] = torch.randn(key_cache[used].shape, generator=gen,
+                                    device="cuda").to(dtype)
+    q_lens = torch.tensor([q for q, _ in seqs])
+    inputs = {
+        "query": torch.randn(int(q_lens.sum()), 32, d, generator=gen, device="cuda").to(dtype),
+        "key_cache": key_cache, "value_cache": value_cache, "block_tables": block_tables,
+        "seq_lens": torch.tensor([s for _, s in seqs], dtype=torch.int32, device="cuda"),
+        "query_start_loc": torch.cat([torch.zeros(1, dtype=torch.int64), q_lens.cumsum(0)])
+        .to(torch.int32).cuda(),
+    }
+    out = paged_attention(**inputs)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), dense_attention(**inputs).float(),
+                               atol=1.5e-2, rtol=1e-2)

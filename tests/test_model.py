@@ -16,8 +16,8 @@ from lab.model.dense_cache import DenseKVCache
 from lab.model.generation import GenerationStep, SamplingParams, generate, sample
 from lab.model.gguf import GGUF_FILE, LoadedModel, gguf_path, load_smollm2
 from lab.model.paged_cache import KernelPlan, PagedKVCache, pool_config_for
+from tests.engine_helpers import DEVICE
 
-CPU = torch.device("cpu")
 SYSTEM = "You are a concise assistant who answers in one short paragraph."
 
 
@@ -33,18 +33,18 @@ def one_torch_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def smol() -> LoadedModel:
-    return load_smollm2(torch.float32, CPU)
+    return load_smollm2(torch.float32, DEVICE)
 
 
 def dense_run(lm: LoadedModel, prompt: list[int], params: SamplingParams,
               stops: frozenset[int] = frozenset()) -> list[GenerationStep]:
-    cache = DenseKVCache(lm.model.config, len(prompt) + params.max_new_tokens, CPU)
+    cache = DenseKVCache(lm.model.config, len(prompt) + params.max_new_tokens, DEVICE)
     return list(generate(lm.model, cache, prompt, params, stops))
 
 
 def paged_manager(lm: LoadedModel, num_blocks: int = 48, block_size: int = 16,
                   prefix: bool = True) -> KVCacheManager:
-    return KVCacheManager(pool_config_for(lm.model.config, num_blocks, block_size), CPU,
+    return KVCacheManager(pool_config_for(lm.model.config, num_blocks, block_size), DEVICE,
                           enable_prefix_cache=prefix)
 
 
@@ -91,7 +91,7 @@ def test_greedy_answer_is_paris(smol):
 def test_paged_generation_equals_dense(smol, question):
     prompt = smol.tokenizer.chat_tokens(question)
     params = SamplingParams(max_new_tokens=32)  # no stop token: always 32 tokens
-    dense_cache = DenseKVCache(smol.model.config, len(prompt) + 32, CPU)
+    dense_cache = DenseKVCache(smol.model.config, len(prompt) + 32, DEVICE)
     dense = list(generate(smol.model, dense_cache, prompt, params))
     manager = paged_manager(smol, block_size=8)
     paged, cache = paged_run(smol, manager, prompt, params)
@@ -102,8 +102,10 @@ def test_paged_generation_equals_dense(smol, question):
     for report in cache.reports:
         assert sorted(report.kernel_layers + report.gather_layers) == list(range(30))
         assert report.check is not None and report.check.ok
-    # On the CPU the kernel serves (and is checked on) the last layer, after one write of all.
-    assert all(r.kernel_layers == (29,) and r.checked_layer == 29 for r in cache.reports)
+    # On the CPU the kernel serves (and is checked on) the last layer, after one write of all;
+    # on a GPU every layer, each writing its own K/V.
+    kernel_layers = tuple(range(30)) if DEVICE.type == "cuda" else (29,)
+    assert all(r.kernel_layers == kernel_layers and r.checked_layer == 29 for r in cache.reports)
     # Read back through the block table, the pool holds the dense cache's K/V.
     manager.check_invariants()
     (seq,) = manager.sequences.values()
@@ -125,7 +127,7 @@ def test_other_kernel_plans_store_the_same_cache(smol, plan):
     the gather-only plan, in the interpreter: same tokens as dense, same K/V in the pool."""
     prompt = smol.tokenizer.chat_tokens("Name a colour.")
     params = SamplingParams(max_new_tokens=3)
-    dense_cache = DenseKVCache(smol.model.config, len(prompt) + 3, CPU)
+    dense_cache = DenseKVCache(smol.model.config, len(prompt) + 3, DEVICE)
     dense = list(generate(smol.model, dense_cache, prompt, params))
     manager = paged_manager(smol)
     paged, cache = paged_run(smol, manager, prompt, params, plan=plan)
@@ -198,6 +200,6 @@ def test_sampling_rules():
 
 
 def test_pool_must_fit_the_model(smol):
-    wrong = KVCacheManager(PoolConfig(num_blocks=4, num_layers=2), CPU)
+    wrong = KVCacheManager(PoolConfig(num_blocks=4, num_layers=2), DEVICE)
     with pytest.raises(ValueError, match="pool_config_for"):
         PagedKVCache(wrong, smol.model.config)

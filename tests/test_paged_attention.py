@@ -13,10 +13,13 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from kernels.backend import device
 from kernels.paged_attention import launch_paged_attention, paged_attention
 from kernels.paged_inputs import check_paged_inputs
 from kernels.reference import dense_attention, gather_kv, online_softmax_steps
 from kernels.whole_batch import shared_prefix_len, whole_batch_layout
+
+DEVICE = device()  # the backend's: CUDA when present, else the CPU (Triton's interpreter)
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 def test_kernel_matches_dense_reference_float32(case: Case, whole_batch: bool) -> None:
     """Both program layouts: the interpreter's default (one program for many sequences and
     every head) and a GPU's (one program per sequence, KV head and tile of new tokens)."""
-    inputs = make_inputs(case, torch.float32, "cpu", seed=CASES.index(case))
+    inputs = make_inputs(case, torch.float32, DEVICE, seed=CASES.index(case))
     shapes = check_paged_inputs(**inputs)
     out = launch_paged_attention(shapes, **inputs, whole_batch=whole_batch)
     ref = dense_attention(**inputs)
@@ -98,7 +101,7 @@ def test_kernel_matches_dense_reference_float32(case: Case, whole_batch: bool) -
 @pytest.mark.parametrize("case", [CASES[2], CASES[4]], ids=lambda c: c.name)
 def test_half_precision_in_the_interpreter(case: Case, dtype: torch.dtype) -> None:
     """The pool may hold fp16/bf16 on the CPU too (bf16 dots run in float32 there)."""
-    inputs = make_inputs(case, dtype, "cpu", seed=30)
+    inputs = make_inputs(case, dtype, DEVICE, seed=30)
     out = paged_attention(**inputs)
     assert out.dtype == dtype
     torch.testing.assert_close(out.float(), dense_attention(**inputs).float(),
@@ -112,7 +115,7 @@ SPLIT_CASES = [CASES[7], Case("split_chunked_gqa2", 4, 2, 64, 16, ((6, 300), (1,
 def test_context_split_across_programs_matches(case: Case) -> None:
     """The flash-decoding path (a GPU takes it for long contexts) forced on: 2 and 5 splits,
     so some splits of short sequences see no key at all."""
-    inputs = make_inputs(case, torch.float32, "cpu", seed=20)
+    inputs = make_inputs(case, torch.float32, DEVICE, seed=20)
     shapes = check_paged_inputs(**inputs)
     ref = dense_attention(**inputs)
     for num_splits in (2, 5):
@@ -123,9 +126,9 @@ def test_context_split_across_programs_matches(case: Case) -> None:
 
 
 def test_custom_scale_and_strided_query() -> None:
-    inputs = make_inputs(CASES[2], torch.float32, "cpu", seed=7)
+    inputs = make_inputs(CASES[2], torch.float32, DEVICE, seed=7)
     wide = torch.randn(inputs["query"].shape[0], 2 * CASES[2].num_heads, CASES[2].head_dim,
-                       generator=torch.Generator().manual_seed(8))
+                       generator=torch.Generator().manual_seed(8)).to(DEVICE)
     inputs["query"] = wide[:, 1::2]  # a strided view: every other head
     out = paged_attention(**inputs, scale=0.3)
     ref = dense_attention(**inputs, scale=0.3)
@@ -138,7 +141,7 @@ def test_custom_scale_and_strided_query() -> None:
 def test_output_depends_on_block_table_mapping() -> None:
     """Swapping two table entries changes causal attention: the kernel reads through the table."""
     case = Case("swap", 2, 2, 64, 4, ((4, 12),))  # new tokens at 8..11 see part of block 2
-    inputs = make_inputs(case, torch.float32, "cpu", seed=3)
+    inputs = make_inputs(case, torch.float32, DEVICE, seed=3)
     out = paged_attention(**inputs)
     swapped = inputs["block_tables"].clone()
     swapped[0, [0, 2]] = swapped[0, [2, 0]]
@@ -177,15 +180,19 @@ def _bad(name: str, **changes: object) -> tuple[str, dict[str, object]]:
     return name, changes
 
 
+def int32s(*values: int) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32, device=DEVICE)
+
+
 BASE = Case("base", 4, 2, 64, 16, ((1, 20), (3, 3)))
-T = make_inputs(BASE, torch.float32, "cpu", seed=11)
+T = make_inputs(BASE, torch.float32, DEVICE, seed=11)
 BAD_INPUTS = [
     _bad("query", query=T["query"][0]),
     _bad("query", query=T["query"].to(torch.int32)),
-    _bad("query", query=torch.randn(4, 3, 64)),  # 3 heads over 2 KV heads
+    _bad("query", query=torch.randn(4, 3, 64, device=DEVICE)),  # 3 heads over 2 KV heads
     _bad("query", query=[[0.0]]),
     _bad("key_cache", key_cache=T["key_cache"].half()),
-    _bad("key_cache", query=torch.randn(4, 4, 32)),  # head_dim 32 vs the cache's 64
+    _bad("key_cache", query=torch.randn(4, 4, 32, device=DEVICE)),  # head_dim 32 vs the cache's 64
     _bad("key_cache", key_cache=T["key_cache"].transpose(2, 3).contiguous().transpose(2, 3)),
     _bad("value_cache", value_cache=T["value_cache"][:, :8]),
     _bad("block_tables", block_tables=T["block_tables"].long()),
@@ -193,11 +200,11 @@ BAD_INPUTS = [
     _bad("block_tables", block_tables=T["block_tables"][:1]),
     _bad("block_tables", block_tables=torch.full_like(T["block_tables"], -1)),
     _bad("seq_lens", seq_lens=T["seq_lens"].long()),
-    _bad("seq_lens", seq_lens=torch.tensor([20, 2], dtype=torch.int32)),  # 2 < 3 new tokens
+    _bad("seq_lens", seq_lens=int32s(20, 2)),  # 2 < 3 new tokens
     _bad("seq_lens", seq_lens=T["seq_lens"].to("meta")),
     _bad("query_start_loc", query_start_loc=T["query_start_loc"][:2]),
-    _bad("query_start_loc", query_start_loc=torch.tensor([0, 1, 3], dtype=torch.int32)),
-    _bad("query_start_loc", query_start_loc=torch.tensor([0, 5, 4], dtype=torch.int32)),
+    _bad("query_start_loc", query_start_loc=int32s(0, 1, 3)),
+    _bad("query_start_loc", query_start_loc=int32s(0, 5, 4)),
     _bad("scale", scale=float("nan")),
 ]
 
@@ -229,9 +236,9 @@ def test_whole_batch_layout_lays_rows_and_contexts_end_to_end() -> None:
     assert layout.query_rows[:6, :2].equal(query.view(6, 2))
     assert not layout.query_rows[:, 2:].any() and not layout.query_rows[6:].any()
     # keys: sequence 0's positions 0-2, then sequence 1's 0-1; entries index the table as
-    # row * 2 + logical block; padded by one tile (2) with key 0's entry
-    assert layout.key_entry.tolist() == [0, 0, 1, 2, 2, 0, 0]
-    assert layout.key_slot_offs.tolist() == [0, 10, 0, 0, 10, 0, 0]  # slot * slot_stride
+    # row * 2 + logical block; padded by one tile (2) with the last key's entry
+    assert layout.key_entry.tolist() == [0, 0, 1, 2, 2, 2, 2]
+    assert layout.key_slot_offs.tolist() == [0, 10, 0, 0, 10, 10, 10]  # slot * slot_stride
     assert tables.view(-1)[layout.key_entry[:5]].tolist() == [5, 5, 7, 4, 4]
     # program 0: rows 0-3 (tokens 0, 1) walk keys [0, 4); program 1: rows 4-7 keys [3, 5)
     assert layout.program_lo.tolist() == [0, 3] and layout.program_end.tolist() == [4, 5]
@@ -279,7 +286,7 @@ SHARED_CASES = [  # (case, blocks shared, keys the batch's rows share)
                          ids=[c.name for c, _, _ in SHARED_CASES])
 def test_whole_batch_reads_a_shared_prefix_once_and_matches_the_reference(
         case: Case, blocks: int, keys: int) -> None:
-    inputs = share_prefix(make_inputs(case, torch.float32, "cpu", seed=7), blocks)
+    inputs = share_prefix(make_inputs(case, torch.float32, DEVICE, seed=7), blocks)
     bs = case.block_size
     assert shared_prefix_len(inputs["block_tables"], inputs["seq_lens"], bs) == keys
     ref = dense_attention(**inputs)
@@ -323,7 +330,7 @@ def test_kernels_from_several_threads_take_turns() -> None:
     """Streamlit serves each browser session in its own thread. Triton's interpreter patches
     triton.language process-wide while a kernel runs, so concurrent launches must take turns
     (kernels.backend.kernel_launch); unguarded, this test fails with interpreter errors."""
-    inputs = [make_inputs(CASES[2], torch.float32, "cpu", seed=40 + i) for i in range(3)]
+    inputs = [make_inputs(CASES[2], torch.float32, DEVICE, seed=40 + i) for i in range(3)]
     refs = [dense_attention(**x) for x in inputs]
     errors: list[str] = []
 
@@ -340,3 +347,21 @@ def test_kernels_from_several_threads_take_turns() -> None:
     for t in threads:
         t.join()
     assert errors == []
+
+
+@pytest.mark.parametrize("whole_batch", [True, False], ids=["whole_batch", "per_sequence"])
+def test_a_zero_length_sequence_first_in_the_batch(whole_batch: bool) -> None:
+    """Sequence 0 has no keys, so none of its block-table entries is used or checked (they
+    point outside the cache): no program may read through them, padding included."""
+    case = Case("zero_length_first", 4, 2, 64, 16, ((0, 0), (1, 10), (2, 20)))
+    inputs = make_inputs(case, torch.float32, DEVICE, seed=12)
+    for name in ("key_cache", "value_cache"):  # NaN past the cache: a read there shows
+        cache = inputs[name]
+        room = torch.full((cache.shape[0] + 16, *cache.shape[1:]), float("nan"),
+                          device=cache.device)
+        room[:cache.shape[0]] = cache
+        inputs[name] = room[:cache.shape[0]]
+    assert (inputs["block_tables"][0] >= inputs["key_cache"].shape[0]).all()
+    out = launch_paged_attention(check_paged_inputs(**inputs), **inputs, whole_batch=whole_batch)
+    assert torch.isfinite(out).all()
+    assert relative_error(out, dense_attention(**inputs)) < 1e-5

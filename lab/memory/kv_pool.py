@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels.backend import device as active_device
-from kernels.cache_ops import copy_blocks, write_kv
+from kernels.cache_ops import check_slots, copy_blocks, write_kv
 from kernels.reference import gather_kv
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -68,23 +68,37 @@ class KVPool:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self._keys, self._values))
 
+    @property
+    def num_slots(self) -> int:
+        """Slots of one layer: num_blocks * block_size."""
+        return self.config.num_blocks * self.config.block_size
+
     def write(self, slot_mapping: list[int] | torch.Tensor, keys: torch.Tensor,
               values: torch.Tensor) -> None:
         """Store new K/V in their slots, every layer, in one launch.
 
-        keys, values: [num_layers, n, num_kv_heads, head_dim]; slot_mapping: n slots.
+        keys, values: [num_layers, n, num_kv_heads, head_dim]; slot_mapping: n slots (a list
+        is checked on the host, a tensor on its device).
         """
         c = self.config
         expected = (c.num_layers, len(slot_mapping), c.num_kv_heads, c.head_dim)
         for name, t in (("keys", keys), ("values", values)):
             if tuple(t.shape) != expected:
                 raise ValueError(f"{name} must have shape {expected}, got {tuple(t.shape)}")
+        check_slots(slot_mapping, self.num_slots)  # one layer's; the others are offsets of it
         slots = torch.as_tensor(slot_mapping, dtype=torch.int64, device=self.device)  # [n]
         all_slots = (slots[None, :] + self._layer_base * c.block_size).reshape(-1)  # [L * n]
         write_kv(self._keys, self._values,
                  keys.reshape(-1, c.num_kv_heads, c.head_dim).to(self.device, c.dtype).contiguous(),
                  values.reshape(-1, c.num_kv_heads, c.head_dim).to(self.device, c.dtype)
-                 .contiguous(), all_slots)
+                 .contiguous(), all_slots, check=False)
+
+    def write_layer(self, layer: int, slot_mapping: torch.Tensor, keys: torch.Tensor,
+                    values: torch.Tensor) -> None:
+        """Store one layer's new K/V ([n, num_kv_heads, head_dim]) at slots the caller checked
+        (`check_slots`, once per step): nothing is read back, so a CUDA graph can capture it."""
+        write_kv(self.key_caches[layer], self.value_caches[layer], keys, values, slot_mapping,
+                 check=False)
 
     def copy_block(self, src: int, dst: int) -> None:
         """Copy one physical block into another, every layer (copy-on-write, relocation)."""
