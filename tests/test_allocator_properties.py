@@ -2,14 +2,13 @@
 exhaustion. After every step the design's invariants hold, and every live sequence reads back,
 through its block table from the real pool, exactly the K/V written for it."""
 
-import torch
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from lab.memory.block_pool import PoolExhausted
 from lab.serving.synthetic_kv import SyntheticKV
-from tests.engine_helpers import decode, make_manager, prefill
+from tests.engine_helpers import decode, make_manager, prefill, same
 
 SYSTEM_PROMPTS = [[11, 12, 13, 14, 15, 16, 17], [21, 22, 23, 24, 25]]
 prompts = st.builds(
@@ -78,8 +77,8 @@ class AllocatorMachine(RuleBasedStateMachine):
             want_k, want_v = self.kv.keys_values(tokens, 0)  # [L, n, kv_heads, D]
             for layer in range(self.m.config.num_layers):
                 k, v = self.m.read_kv(sid, layer)
-                assert torch.equal(k, want_k[layer]), f"seq {sid} layer {layer} keys"
-                assert torch.equal(v, want_v[layer]), f"seq {sid} layer {layer} values"
+                assert same(k, want_k[layer]), f"seq {sid} layer {layer} keys"
+                assert same(v, want_v[layer]), f"seq {sid} layer {layer} values"
 
 
 AllocatorMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=50,

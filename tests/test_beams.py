@@ -5,11 +5,11 @@ import json
 import threading
 
 import pytest
-import torch
 
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.copy_on_write import BranchConfig, BranchPlay, CopyOnWriteStory
 from lab.scenarios.story import LiveRun
+from tests.engine_helpers import same
 
 
 def run(cfg: BranchConfig, seed: int) -> tuple:
@@ -91,7 +91,7 @@ def test_copy_on_write_on_the_real_pool_keeps_every_branch_exact():
             tokens = scenario.manager.sequences[seq_id].tokens
             want_k, want_v = scenario.kv.keys_values(tokens, 0)  # [1, n, kv_heads, D]
             got_k, got_v = scenario.manager.read_kv(seq_id)  # [n, kv_heads, D]
-            assert torch.equal(got_k, want_k[0]) and torch.equal(got_v, want_v[0])
+            assert same(got_k, want_k[0]) and same(got_v, want_v[0])
     check = scenario.check_attention()
     assert check is not None and check.ok and check.num_seqs == 3
 

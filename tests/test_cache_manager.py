@@ -5,7 +5,7 @@ import torch
 
 from lab.memory.block_pool import KVCacheError, PoolExhausted
 from lab.serving.synthetic_kv import SyntheticKV
-from tests.engine_helpers import decode, make_manager, prefill
+from tests.engine_helpers import decode, make_manager, prefill, same
 
 
 def test_guide_walk_block_size_16_prompt_30():
@@ -42,7 +42,7 @@ def test_slot_formula_and_readback_through_a_scattered_table():
         assert sa.slot(pos) == bt[pos // 4] * 4 + pos % 4
     k, v = m.read_kv(a)
     want_k, want_v = kv.keys_values(sa.tokens, 0)
-    assert torch.equal(k, want_k[0]) and torch.equal(v, want_v[0])
+    assert same(k, want_k[0]) and same(v, want_v[0])
 
 
 def test_fork_shares_and_copy_on_write_copies_only_the_partial_block():
@@ -61,14 +61,14 @@ def test_fork_shares_and_copy_on_write_copies_only_the_partial_block():
     assert c.block_table[0] == p.block_table[0]  # the full block stays shared
     assert c.block_table[-1] != shared_last
     assert m.blocks.ref_counts[shared_last] == 1
-    assert torch.equal(m.pool.key_caches[0][shared_last], before)  # parent's block untouched
+    assert same(m.pool.key_caches[0][shared_last], before)  # parent's block untouched
     decode(m, kv, parent, 200)  # parent is now the only holder: writes in place, no copy
     assert p.block_table[-1] == shared_last
     assert len([e for e in m.events.events if e.kind == "copy"]) == 1
     for sid in (parent, child):
         s = m.sequences[sid]
         k, _ = m.read_kv(sid)
-        assert torch.equal(k, kv.keys_values(s.tokens, 0)[0][0])
+        assert same(k, kv.keys_values(s.tokens, 0)[0][0])
     m.check_invariants()
 
 
@@ -181,11 +181,11 @@ def test_write_batch_stores_several_sequences_in_one_call():
     m.write_batch([a.seq_id, b.seq_id], torch.cat([ka, kb], 1), torch.cat([va, vb], 1))
     for seq, want in ((a, ka), (b, kb)):
         assert seq.num_written == len(seq)
-        assert torch.equal(m.read_kv(seq.seq_id, layer=1)[0], want[1])
+        assert same(m.read_kv(seq.seq_id, layer=1)[0], want[1])
     # read_slots: every layer at once, at any [S, C] grid of slots (here b's, then a's reversed)
     slots = torch.tensor([b.slots(0, 3), a.slots(0, 3)[::-1]])  # [2, 3]
     keys, values = m.pool.read_slots(slots)  # each [layers, 2, 3, KV, D]
     assert keys.shape == (2, 2, 3, m.config.num_kv_heads, m.config.head_dim)
-    assert torch.equal(keys[:, 0], kb[:, :3]) and torch.equal(values[:, 1], va.flip(1))
+    assert same(keys[:, 0], kb[:, :3]) and same(values[:, 1], va.flip(1))
     with pytest.raises(ValueError, match="unwritten"):
         m.write_batch([a.seq_id], ka, va)  # nothing left to write

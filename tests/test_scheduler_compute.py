@@ -8,7 +8,7 @@ import torch
 from lab.memory.swap import SwapSpace
 from lab.serving.scheduler import Scheduler
 from lab.serving.synthetic_kv import SyntheticKV
-from tests.engine_helpers import decode, make_manager, prefill
+from tests.engine_helpers import decode, make_manager, prefill, same
 from tests.scheduler_helpers import config, llama_h100, specs
 
 
@@ -32,7 +32,7 @@ def swap_run():
         for req in sched.running():
             k, v = manager.read_kv(req.seq_id)
             want_k, want_v = expected_kv(kv, req.planned[:req.num_computed])
-            if not (torch.equal(k, want_k) and torch.equal(v, want_v)):
+            if not (same(k, want_k) and same(v, want_v)):
                 mismatches.append((record.index, req.req_id))
     return sched, swapped_in, mismatches
 
@@ -65,7 +65,7 @@ def test_swap_space_round_trip_lands_in_other_blocks():
     new_id = space.swap_in(swapped)
     after = m.read_kv(new_id)
     assert m.sequences[new_id].block_table != old_table
-    assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
+    assert same(before[0], after[0]) and same(before[1], after[1])
     assert space.blocks.num_free == 4
     m.free(other)
     m.check_invariants()

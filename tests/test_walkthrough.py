@@ -14,7 +14,7 @@ from lab.memory.relocate import relocate
 from lab.scenarios.attention import AttentionConfig, AttentionStory
 from lab.scenarios.block_tables import BlockTablesStory, WalkParams, WalkTooBig
 from lab.serving.synthetic_kv import SyntheticKV
-from tests.engine_helpers import decode, make_manager, prefill
+from tests.engine_helpers import decode, make_manager, prefill, same
 
 SMALL = WalkParams(PoolConfig(num_blocks=16, block_size=4, head_dim=16), prompt_len=6,
                    output_len=5, num_requests=3)
@@ -61,7 +61,7 @@ def test_pool_holds_the_kv_of_every_token() -> None:
         tokens = play.manager.sequences[seq_id].tokens
         k, v = play.manager.read_kv(seq_id)  # [len, kv_heads, head_dim]
         expect_k, expect_v = kv.keys_values(tokens, 0)  # [1, len, kv_heads, head_dim]
-        assert torch.equal(k, expect_k[0]) and torch.equal(v, expect_v[0])
+        assert same(k, expect_k[0]) and same(v, expect_v[0])
 
 
 def test_pool_too_small_is_a_clear_error() -> None:
@@ -92,7 +92,7 @@ def test_relocate_copies_blocks_and_keeps_kv() -> None:
     assert [o for o, _ in moves] == old and [n for _, n in moves] == new
     assert not set(old) & set(new)
     after_k, after_v = m.read_kv(a)
-    assert torch.equal(before_k, after_k) and torch.equal(before_v, after_v)
+    assert same(before_k, after_k) and same(before_v, after_v)
     m.check_invariants()
     assert all(m.blocks.ref_counts[o] == 0 for o in old)
     assert m.sequences[b].block_table  # the other sequence is untouched
@@ -119,7 +119,7 @@ def test_shuffled_placement_gives_identical_attention() -> None:
     assert moved.block_table != first.block_table
     assert moved.first_table == first.block_table
     assert moved.check.ok and moved.output_shift == 0.0
-    assert torch.equal(moved.check.output, first.check.output)
+    assert same(moved.check.output, first.check.output)
     # the online-softmax bookkeeping ends at the dense output for that head
     final = moved.softmax[-1].output
     reference = moved.check.reference[0, 0].double()  # head 0

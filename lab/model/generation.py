@@ -65,6 +65,10 @@ class GenerationStep:
 def forward_step(model: Transformer, cache: SequenceCache, seq_ids: list[int]) -> torch.Tensor:
     """Feed every token whose K/V is not cached yet; return next-token logits [num_seqs, vocab]."""
     step = cache.begin_step(seq_ids)
+    longest = max(step.layout.seq_lens)
+    if longest > model.config.max_positions:
+        raise ValueError(f"position {longest - 1} is past the model's "
+                         f"{model.config.max_positions}-token context")
     hidden = model.forward(step.token_ids, step.layout.positions, step)  # [T, hidden]
     cache.end_step(step)
     return model.logits(hidden[step.layout.last_token_index])
