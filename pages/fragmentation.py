@@ -94,7 +94,7 @@ def show_step(step: int) -> None:
         show_figure(memory_maps(frame, cfg.capacity, block_size), key="frag_map",
                     file_name="memory_maps", main=True)
         st.caption("Solid: slots holding a token's K/V. Pale: reserved or allocated but empty "
-                   "(internal fragmentation). Red and hatched (\"hole\"): free holes too small "
+                   "(internal fragmentation). Violet and hatched (\"hole\"): free holes too small "
                    f"for the next reservation ({frame.next_reservation} slots; external "
                    "fragmentation). White: free. Each request (R0, R1, ...) keeps its colour "
                    "in both rows; a red outline marks a request admitted at this step.")

@@ -74,9 +74,9 @@ def test_pool_too_small_is_a_clear_error() -> None:
 def test_caption_names_the_new_block() -> None:
     story = BlockTablesStory(GUIDE, 0)
     frames = story.frames()
-    assert any("new block" in line for line in story.caption(frames[4]))  # token #33 lands
+    assert any("new block" in line for line in story.caption(frames[4]))  # position 32 lands
     assert story.caption(frames[3]) == [
-        "**A** decodes its token #32 (position 31) into slot 15 of physical block 1."]
+        "**A** decodes position 31 into slot 15 of physical block 1 (pool slot 31)."]
 
 
 def test_relocate_copies_blocks_and_keeps_kv() -> None:

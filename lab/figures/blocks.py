@@ -64,11 +64,12 @@ def token_strip(snapshot: Snapshot, names: Mapping[int, str] | None = None,
         for pos in range(slots):
             block, offset = divmod(pos, bs)
             physical = seq.block_table[block]
-            where = (f"logical block {block} → physical block {physical}, "
-                     f"slot {physical * bs + offset}")
+            # One numbering everywhere: 0-based positions, slots within a block, pool slots.
+            where = (f"logical block {block} → physical block {physical}, slot {offset} "
+                     f"(pool slot {physical * bs + offset})")
             if pos < seq.num_tokens:
                 z.append(block % 2)
-                hover.append(f"{row}, token {pos}<br>{where}")
+                hover.append(f"{row}, position {pos}<br>{where}")
             else:
                 z.append(2)
                 hover.append(f"{row}: empty slot (unused tail)<br>{where}")

@@ -6,17 +6,18 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from lab.figures.style import CACHED_COLOR, HIGHLIGHT_COLOR, PALE, PALETTE, lab_template, lighten
 from lab.sizing.capacity import GIB, CapacitySheet
 from lab.sizing.kv_formula import KV_DTYPES, KVLayout, kv_layout
 
-FULL_COLOR = "#1f77b4"
-SLIDING_COLOR = "#7fbfff"
-BUDGET_COLOR = "#d62728"
+FULL_COLOR = PALETTE[0]
+SLIDING_COLOR = PALETTE[4]
+BUDGET_COLOR = HIGHLIGHT_COLOR
 POINTS = 200
 
 
 def _base(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
-    fig.update_layout(title=title, height=height, template="plotly_white",
+    fig.update_layout(title=title, height=height, template=lab_template(),
                       margin=dict(l=70, r=30, t=90, b=60), font_size=14,
                       legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
     return fig
@@ -79,11 +80,12 @@ def memory_split_figure(sheet: CapacitySheet, batch_kv_bytes: int) -> go.Figure:
     budget = max(sheet.kv_budget_bytes, 0)
     used = min(batch_kv_bytes, budget)
     parts = [
-        ("weights (this GPU's shard)", sheet.weight_bytes, "#ff7f0e"),
-        ("activations / runtime reserve", sheet.reserve_bytes, "#9467bd"),
+        ("weights (this GPU's shard)", sheet.weight_bytes, PALETTE[1]),
+        ("activations / runtime reserve", sheet.reserve_bytes, PALETTE[3]),
         ("KV cache of the batch", used, FULL_COLOR),
-        ("KV pool still free", budget - used, "#aec7e8"),
-        ("kept free (1 - gpu_memory_utilization)", sheet.gpu_bytes - sheet.usable_bytes, "#c7c7c7"),
+        ("KV pool still free", budget - used, lighten(FULL_COLOR, PALE)),
+        ("kept free (1 - gpu_memory_utilization)", sheet.gpu_bytes - sheet.usable_bytes,
+         CACHED_COLOR),
     ]
     if batch_kv_bytes > budget:
         parts.append(("KV that does not fit", batch_kv_bytes - budget, BUDGET_COLOR))
@@ -114,7 +116,7 @@ def kv_dtype_figure(layout: KVLayout, context: int, batch: int) -> go.Figure:
         other = kv_layout(layout.spec, dtype, layout.tp)
         names.append(dtype.label)
         sizes.append(other.sequence_bytes(context) * batch / GIB)
-        colors.append(FULL_COLOR if dtype.key == layout.dtype.key else "#aec7e8")
+        colors.append(FULL_COLOR if dtype.key == layout.dtype.key else lighten(FULL_COLOR, PALE))
     fig = go.Figure(go.Bar(x=names, y=sizes, marker_color=colors,
                            text=[f"{s:,.2f} GiB" for s in sizes], textposition="outside",
                            cliponaxis=False))

@@ -12,8 +12,10 @@ import plotly.graph_objects as go
 from lab.figures.common import over_time_figure, two_panels
 from lab.figures.style import (
     EDGE_COLOR,
+    EXTERNAL_COLOR,
     FONT_SIZE,
     HIGHLIGHT_COLOR,
+    PALE,
     PALETTE,
     base_figure,
     label_margin,
@@ -22,7 +24,6 @@ from lab.figures.style import (
 from lab.scenarios.fragmentation import FragFrame, SweepRow
 
 CONTIGUOUS, PAGED = "Contiguous (reserve prompt + max output)", "Paged (blocks as tokens arrive)"
-EXTERNAL_COLOR = "#F4B6B6"  # free, but in a hole too small for the next request
 FREE_COLOR = "#FFFFFF"
 SYSTEM_COLORS = {CONTIGUOUS: "#D55E00", PAGED: "#0072B2"}
 ROW_NAMES = ["Contiguous", "Paged"]  # the memory map's rows, top to bottom
@@ -60,7 +61,7 @@ def memory_maps(frame: FragFrame, capacity: int, block_size: int) -> go.Figure:
         color, new = request_color(r.req_id), r.req_id in changed["contiguous"]
         _segment(segments, 1, r.start, r.start + r.used, color,
                  f"R{r.req_id}: {r.used} tokens stored", new)
-        _segment(segments, 1, r.start + r.used, r.start + r.reserved, lighten(color, 0.75),
+        _segment(segments, 1, r.start + r.used, r.start + r.reserved, lighten(color, PALE),
                  f"R{r.req_id}: {r.reserved - r.used} slots reserved, unused", new)
         if r.reserved >= MIN_LABEL_SLOTS:
             labels.append(dict(x=r.start + r.reserved / 2, y=1, text=f"R{r.req_id}"))
@@ -86,7 +87,7 @@ def memory_maps(frame: FragFrame, capacity: int, block_size: int) -> go.Figure:
                  new)
         if block.filled < block_size:
             _segment(segments, 0, x0 + block.filled, x0 + block_size,
-                     lighten(color, 0.75), f"block {block.block_id} of R{req}: "
+                     lighten(color, PALE), f"block {block.block_id} of R{req}: "
                      f"{block_size - block.filled} empty tail slots", new)
     # Segments are bars of one horizontal bar trace, not layout shapes: plotly.js lays out and
     # draws each shape on its own, and a map has a hundred or more.

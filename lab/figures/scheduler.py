@@ -9,18 +9,18 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.figures.style import PALETTE
+from lab.figures.style import PALETTE, lab_template
 from lab.memory.contiguous import Region
 from lab.serving.runs import ChainRow, SweepPoint
 from lab.serving.workloads import RequestSpec
 
-COLORS = {"contiguous": "#D55E00", "paged": "#0072B2"}
+COLORS = {"contiguous": PALETTE[5], "paged": PALETTE[0]}
 FONT = dict(size=15)
 
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
     fig.update_layout(title=dict(text=title, x=0, xanchor="left"), height=height,
-                      template="plotly_white", font=FONT, margin=dict(l=60, r=20, t=90, b=40),
+                      template=lab_template(), font=FONT, margin=dict(l=60, r=20, t=90, b=40),
                       legend=dict(orientation="h", x=1, xanchor="right", y=1.08,
                                   yanchor="bottom"))
     return fig
@@ -65,9 +65,9 @@ def serving_timeseries(series: Mapping[str, Mapping[str, np.ndarray]]) -> go.Fig
 
 def length_histograms(requests: Sequence[RequestSpec]) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=["prompt length", "output length"])
-    fig.add_histogram(x=[r.prompt_len for r in requests], marker_color="#56B4E9", row=1, col=1,
+    fig.add_histogram(x=[r.prompt_len for r in requests], marker_color=PALETTE[4], row=1, col=1,
                       showlegend=False, nbinsx=40)
-    fig.add_histogram(x=[r.output_len for r in requests], marker_color="#009E73", row=1, col=2,
+    fig.add_histogram(x=[r.output_len for r in requests], marker_color=PALETTE[2], row=1, col=2,
                       showlegend=False, nbinsx=40)
     fig.update_xaxes(title_text="tokens")
     fig.update_yaxes(title_text="requests", col=1)
@@ -121,7 +121,8 @@ def bucket_figure(histograms: Mapping[str, object], unit_scale: float = 1e3) -> 
             labels.append("≤ ∞" if np.isinf(upper) else f"≤ {upper * unit_scale:g}")
             counts.append(cumulative - below)
             below = cumulative
-        fig.add_bar(x=labels, y=counts, marker_color="#0072B2", showlegend=False, row=1, col=col)
+        fig.add_bar(x=labels, y=counts, marker_color=PALETTE[0], showlegend=False, row=1,
+                    col=col)
     fig.update_xaxes(title_text="bucket (ms)", type="category")
     fig.update_yaxes(title_text="observations", col=1)
     return _layout(fig, "The engine's latency histograms", 340)

@@ -13,14 +13,20 @@ from functools import cache
 import plotly.graph_objects as go
 import plotly.io as pio
 
-# Okabe-Ito: distinguishable with the common colour-vision deficiencies.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#8C6D1F", "#444444")
-SHARED_COLOR = "#6A3D9A"  # a block held by more than one sequence
+# One colour per request or sequence: Okabe & Ito's colours (jfly.uni-koeln.de/color), which stay
+# apart under the common colour-vision deficiencies, with a dark maroon for their black (pale,
+# black turns into the grey of a cached block); tests/test_palette.py measures the distances.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#661100")
+SHARED_COLOR = "#221133"  # a block held by more than one sequence
 FREE_COLOR = "#FFFFFF"
-CACHED_COLOR = "#E3E3E3"  # free, but still holding a prefix-cache hash
+CACHED_COLOR = "#D4D4D4"  # free, but still holding a prefix-cache hash
 TAIL_COLOR = "#F1F1F1"  # an allocated slot with no token yet
 EDGE_COLOR = "#9A9A9A"
 HIGHLIGHT_COLOR = "#D62728"
+# A free hole too small for the next reservation: hatched and labelled too, and a violet no
+# request's colour, solid or pale, comes near under any simulated deficiency.
+EXTERNAL_COLOR = "#9966FF"
+PALE = 0.75  # how far a request's reserved-but-empty slots are lightened towards white
 FONT_SIZE = 15
 
 

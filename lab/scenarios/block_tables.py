@@ -190,14 +190,13 @@ class BlockTablesStory(Story[WalkFrame]):
             taken = [e.block_id for e in mine if e.kind == "allocate"]
             if int(request.arrival_s) == frame.step:
                 lines.append(f"**{name}** arrives: its {request.prompt_len}-token prompt "
-                             f"is prefilled into {len(taken)} new block(s): "
-                             f"{', '.join(map(str, taken))}.")
+                             f"(positions 0–{request.prompt_len - 1}) is prefilled into "
+                             f"{len(taken)} new block(s): {', '.join(map(str, taken))}.")
             for e in (e for e in mine if e.kind == "append"):
                 pos, slot = e.detail["pos"], e.detail["slot"]
-                where = f"slot {slot % bs} of physical block {e.block_id}"
+                where = (f"slot {slot % bs} of physical block {e.block_id} (pool slot {slot})")
                 new = " — a **new block**, because its last block was full" if taken else ""
-                lines.append(f"**{name}** decodes its token #{pos + 1} (position {pos}) "
-                             f"into {where}{new}.")
+                lines.append(f"**{name}** decodes position {pos} into {where}{new}.")
                 if pos + 1 == request.total_len:
                     tail = blocks_for(request.total_len, bs) * bs - request.total_len
                     lines.append(f"**{name}** is finished at {request.total_len} tokens: "
