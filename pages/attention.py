@@ -8,7 +8,7 @@ from lab.scenarios.block_tables import request_name
 from ui.chapters import chapter_strip, next_page
 from ui.kernel_badge import kernel_badge
 from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
-from ui.predict import predict
+from ui.predict import Question, held_back
 from ui.scenario import export_trace, frames, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, register, seed
@@ -26,8 +26,8 @@ with settings_area:
         "kernel finds the keys and values**: it walks the sequence's **block table** in logical "
         "order and loads each block from whichever physical block holds it. Step through the "
         "blocks to watch the kernel's running softmax bookkeeping, then **shuffle the physical "
-        "placement**: the blocks are copied elsewhere in the pool, the table is updated, and the "
-        "output is the same to the last bit."
+        "placement**: the blocks are copied elsewhere in the pool, the table is updated, and "
+        "the kernel runs again. What happens to its output? Predict first."
     )
 
     with settings(folded=True):
@@ -52,7 +52,21 @@ def _shuffle() -> None:
 
 
 movable = AttentionStory(AttentionConfig(params, request, 0, head), seed()).can_relocate()
+SHIFT = Question(
+    "att_shift", "If we shuffle where this sequence's blocks live in the pool, what happens to "
+    "the attention output?",
+    choices=["It changes a little (rounding)", "It is bit-for-bit identical",
+             "It changes completely"],
+    answer=lambda: ("It is bit-for-bit identical"
+                    if frames(AttentionStory(AttentionConfig(params, request,
+                                                             1 if movable else 0, head),
+                                             seed()))[0].output_shift == 0
+                    else "It changes a little (rounding)"),
+    explanation="The kernel reads the same K/V in the same logical order, only from other "
+                "addresses, so every floating-point operation is the same.",
+    context=(params, request, head, seed()))
 with stage:
+    SHIFT.ask()
     shuffle_col, placement_col = st.columns(2, vertical_alignment="bottom")
     shuffle_col.button("Shuffle placement", key="shuffle", icon=":material/shuffle:",
                        on_click=_shuffle, disabled=not movable,
@@ -86,10 +100,11 @@ def show_step(step: int) -> None:
         badge_col, shift_col = st.columns([2, 1])
         with badge_col:
             kernel_badge(frame.check)
-        shift_col.metric("Output change", f"{frame.output_shift:.1e}",
-                         help="Largest difference between the kernel's output now and at "
-                              "placement 0 (before any shuffle): the block table hides where "
-                              "blocks live.")
+        with shift_col, held_back(SHIFT.answered, "the output change", key="att_shift"):
+            st.metric("Output change", f"{frame.output_shift:.1e}",
+                      help="Largest difference between the kernel's output now and at "
+                           "placement 0 (before any shuffle): the block table hides where "
+                           "blocks live.")
     labels = {p: f"L{i}" for i, p in enumerate(frame.block_table)}
     with parts.main:
         show_figure(pool_grid(frame.snapshot, frame.seq_names, highlight=frame.read,
@@ -120,15 +135,4 @@ def show_step(step: int) -> None:
 
 with stage:
     show_step(step_controls(num_logical))
-predict("att_shift", "If we shuffle where this sequence's blocks live in the pool, what "
-        "happens to the attention output?",
-        choices=["It changes a little (rounding)", "It is bit-for-bit identical",
-                 "It changes completely"],
-        answer=lambda: ("It is bit-for-bit identical"
-                        if frames(AttentionStory(AttentionConfig(params, request,
-                                                                 1 if movable else 0, head),
-                                                 seed()))[0].output_shift == 0
-                        else "It changes a little (rounding)"),
-        explanation="The kernel reads the same K/V in the same logical order, only from other "
-                    "addresses, so every floating-point operation is the same.")
 export_trace(story, num_logical)

@@ -7,7 +7,7 @@ from lab.memory.block_table import blocks_for
 from lab.scenarios.block_tables import BlockTablesStory
 from ui.chapters import chapter_strip, next_page
 from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
-from ui.predict import predict
+from ui.predict import Question, gate, held_back
 from ui.scenario import export_trace, frames, live_badge
 from ui.sidebar import sidebar
 from ui.state import seed
@@ -47,14 +47,40 @@ all_frames = frames(story)
 last = len(all_frames) - 1
 
 
+first = story.requests[0]
+target = min(first.total_len, first.prompt_len + 3)
+# Each question with the first step that shows its answer (A arrives at step 1 with its prompt).
+QUESTIONS = [
+    (Question("bt_blocks",
+              f"Request A has a {first.prompt_len}-token prompt and the block size is "
+              f"{block_size}. How many physical blocks does A hold once it has {target} tokens?",
+              answer=story.blocks_held(all_frames, target),
+              explanation=f"Blocks are taken one at a time, only when the last is full: "
+                          f"⌈{target} / {block_size}⌉ blocks.", context=story),
+     1 + target - first.prompt_len),
+    (Question("bt_tail", f"A stops after {first.total_len} tokens. How many slots of its last "
+                         "block stay unused?",
+              answer=story.tail_slots(all_frames[-1], 0),
+              explanation="The only waste of paging is the unused tail of the last block: "
+                          "always fewer than one block per sequence, whatever the output "
+                          "length.", context=story),
+     1 + first.output_len),
+]
+
+
 def show_step(step: int) -> None:
     frame = all_frames[step]
     parts = step_parts()
+    questions = gate(QUESTIONS, step)
+    hidden = questions.hold
     with parts.caption:
-        bullets(story.caption(frame))
+        for question in questions.due:  # asked right here, before the step that answers it
+            question.ask()
+        with held_back(not hidden, "what this step did", key="bt_caption"):
+            bullets(story.caption(frame))
     usage = frame.snapshot.usage
     live = len(frame.snapshot.sequences)
-    with parts.before:
+    with parts.before, held_back(not hidden, "the counters", key="bt_counters"):
         c1, c2, c3, c4 = st.columns(4)
         c1.metric("Blocks in use", f"{usage.blocks_used} / {num_blocks}")
         c2.metric("Filled slots", usage.slots_filled)
@@ -68,43 +94,33 @@ def show_step(step: int) -> None:
 
     names = frame.seq_names
     taken = [e.block_id for e in frame.events if e.kind == "allocate"]  # what changed
-    with parts.main:
+    with parts.main, held_back(not hidden, "the pool", key="bt_pool"):
         show_figure(pool_grid(frame.snapshot, names, highlight=taken,
                               title="Physical KV pool (red outline: taken at this step)"),
                     key="pool", file_name="kv_pool", main=True)
     with parts.after:
-        st.markdown(legend_markdown(frame.snapshot, names), unsafe_allow_html=True)
-        # The longest block table the walk will reach decides the layout, so it holds for
-        # every step: tables beside the strip when they stay short, below it when they grow.
-        widest = max(blocks_for(r.total_len, block_size) for r in frame.requests)
-        strip_col, table_col = st.columns([2, 1]) if widest <= 6 else (st.container(),
-                                                                       st.container())
-        with strip_col:
-            show_figure(token_strip(frame.snapshot, names), key="strip",
-                        file_name="token_strip")
-        with table_col:
-            show_figure(block_table_figure(frame.snapshot, names), key="table",
-                        file_name="block_table")
+        with held_back(not hidden, "the block tables", key="bt_tables"):
+            st.markdown(legend_markdown(frame.snapshot, names), unsafe_allow_html=True)
+            # The longest block table the walk will reach decides the layout, so it holds
+            # for every step: tables beside the strip when short, below it when they grow.
+            widest = max(blocks_for(r.total_len, block_size) for r in frame.requests)
+            strip_col, table_col = st.columns([2, 1]) if widest <= 6 else (st.container(),
+                                                                           st.container())
+            with strip_col:
+                show_figure(token_strip(frame.snapshot, names), key="strip",
+                            file_name="token_strip")
+            with table_col:
+                show_figure(block_table_figure(frame.snapshot, names), key="table",
+                            file_name="block_table")
         explain("How to read it: **L0, L1, ...** are logical blocks; the number in each "
                 "block-table cell is the physical block that holds it; on the pool, each tile "
                 "is a physical block and its bar shows how many of its slots hold tokens. "
                 "Hover any cell for its slot.", title="How to read the figures")
         export_trace(story, step)
+        for question in questions.later:  # the others wait at the end of the page
+            question.ask()
         next_page(step == last)
 
 
 with stage:
     show_step(step_controls(last))
-first = story.requests[0]
-target = min(first.total_len, first.prompt_len + 3)
-predict("bt_blocks",
-        f"Request A has a {first.prompt_len}-token prompt and the block size is {block_size}. "
-        f"How many physical blocks does A hold once it has {target} tokens?",
-        answer=story.blocks_held(all_frames, target),
-        explanation=f"Blocks are taken one at a time, only when the last is full: "
-                    f"⌈{target} / {block_size}⌉ blocks.")
-predict("bt_tail",
-        f"A stops after {first.total_len} tokens. How many slots of its last block stay unused?",
-        answer=story.tail_slots(all_frames[-1], 0),
-        explanation="The only waste of paging is the unused tail of the last block: always "
-                    "fewer than one block per sequence, whatever the output length.")

@@ -8,7 +8,7 @@ from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.copy_on_write import BranchConfig, CopyOnWriteStory, branch_name
 from ui.chapters import chapter_strip, next_page
 from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
-from ui.predict import predict
+from ui.predict import Question, gate, held_back
 from ui.scenario import export_trace, frames, live_badge, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
@@ -52,16 +52,35 @@ story = CopyOnWriteStory(cfg, seed())
 all_frames = frames(story)
 
 
+first_copies = all_frames[1].copies if len(all_frames) > 1 else 0
+partial = prompt_len % block_size
+COPIES = Question(
+    "cow_copies",
+    f"The {prompt_len}-token prompt fills {prompt_len // block_size} full block(s) "
+    f"{'plus one partial block' if partial else 'exactly'}. When the "
+    f"{num_branches} branches write their first new token, how many blocks are copied?",
+    answer=first_copies,
+    explanation=("Only the shared, partly filled last block is copied, once for each branch "
+                 "but the last writer, which finds ref count 1 and writes in place."
+                 if partial else "The last shared block is full, so each branch simply "
+                 "takes a fresh block: nothing is copied."), context=story)
+QUESTIONS = [(COPIES, 1)]  # step 1: the branches write their first token
+
+
 def show_step(step: int) -> None:
     frame = all_frames[step]
     last = len(all_frames) - 1
     names = {s.seq_id: branch_name(s.seq_id) for s in frame.snapshot.sequences}
     parts = step_parts()
+    questions = gate(QUESTIONS, step)
     with parts.caption:
-        bullets(story.caption(frame) or ["Nothing is allocated, copied or freed at this step: "
-                                         "every branch writes into its own block."])
+        for question in questions.due:
+            question.ask()
+        with held_back(not questions.hold, "what this step did", key="cow_caption"):
+            bullets(story.caption(frame) or ["Nothing is allocated, copied or freed at this "
+                                             "step: every branch writes into its own block."])
     shared = sum(b.ref_count > 1 for b in frame.snapshot.blocks)
-    with parts.before:
+    with parts.before, held_back(not questions.hold, "the counters", key="cow_counters"):
         m1, m2, m3, m4 = st.columns(4)
         m1.metric("Live branches", len(frame.live))
         m2.metric("Blocks in use", frame.blocks_used,
@@ -77,7 +96,7 @@ def show_step(step: int) -> None:
         live_badge(story, step, last, idle="Every branch has ended: no attention to check.")
     copied = sorted({b for e in frame.events if e.kind == "copy"
                      for b in (e.detail["src"], e.detail["dst"])})
-    with parts.main:
+    with parts.main, held_back(not questions.hold, "the pool", key="cow_pool"):
         table_col, pool_col = st.columns([1, 2])
         with table_col:
             if frame.snapshot.sequences:
@@ -94,19 +113,10 @@ def show_step(step: int) -> None:
                     "this step (the shared source and its new copy)", unsafe_allow_html=True)
         show_figure(memory_figure(all_frames, step), key="cow_memory", file_name="cow_memory")
         export_trace(story, step)
+        for question in questions.later:
+            question.ask()
         next_page(step == last)
 
 
 with stage:
     show_step(step_controls(len(all_frames) - 1))
-first_copies = all_frames[1].copies if len(all_frames) > 1 else 0
-partial = prompt_len % block_size
-predict("cow_copies",
-        f"The {prompt_len}-token prompt fills {prompt_len // block_size} full block(s) "
-        f"{'plus one partial block' if partial else 'exactly'}. When the "
-        f"{num_branches} branches write their first new token, how many blocks are copied?",
-        answer=first_copies,
-        explanation=("Only the shared, partly filled last block is copied, once for each branch "
-                     "but the last writer, which finds ref count 1 and writes in place."
-                     if partial else "The last shared block is full, so each branch simply "
-                     "takes a fresh block: nothing is copied."))

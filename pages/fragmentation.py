@@ -13,7 +13,7 @@ from lab.scenarios.fragmentation import (
 )
 from ui.chapters import chapter_strip, next_page
 from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
-from ui.predict import predict
+from ui.predict import Question, held_back
 from ui.scenario import export_trace, frames, live_badge, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
@@ -69,6 +69,26 @@ def _row(name: str, s: MemoryStats) -> dict:
             "external frag.": kib(s.external), "free": kib(s.free)}
 
 
+PEAK = Question(
+    "frag_peak", f"Each contiguous reservation is prompt (16-96) + {max_output} slots, in a pool "
+    f"of {cfg.capacity} slots. What is the most requests the contiguous server ever runs at once "
+    "in this workload?",
+    answer=max(f.contiguous.running for f in all_frames),
+    explanation=f"The paged pool, with the same bytes, runs up to "
+                f"{max(f.paged.running for f in all_frames)} at once: it stores only tokens "
+                "that exist, plus less than one block of tail per sequence.", context=story)
+sweep = block_size_sweep(requests)
+under = [row.block_size for row in sweep if row.tail_pct < 10]
+TRADEOFF = Question(
+    "frag_block_size", "Which block size keeps the empty tail under 10% of the allocated slots "
+    "with the fewest block-table entries per sequence, on this workload?",
+    choices=[str(row.block_size) for row in sweep],
+    answer=str(max(under)) if under else str(sweep[0].block_size),
+    explanation="Below it the tail waste is smaller but every sequence needs more table entries "
+                "(and the allocator tracks more, smaller blocks); above it the last blocks waste "
+                "more than one slot in ten.", context=story)
+
+
 def show_step(step: int) -> None:
     frame = all_frames[step]
     last = len(all_frames) - 1
@@ -102,8 +122,9 @@ def show_step(step: int) -> None:
         # A static table: st.dataframe's interactive grid costs more to draw on every step.
         st.table(pd.DataFrame([_row("Contiguous", c), _row("Paged", p)])
                  .set_index("allocator").T)  # a row per quantity: it fits a phone
-        show_figure(timeline(all_frames, step), key="frag_timeline",
-                    file_name="fragmentation_timeline")
+        with held_back(PEAK.answered, "the run over time", key="frag_timeline"):
+            show_figure(timeline(all_frames, step), key="frag_timeline",
+                        file_name="fragmentation_timeline")
         if frame.preemptions:
             st.caption(f"The paged server ran out of free blocks {frame.preemptions} time(s) "
                        "while decoding and preempted its youngest request (recompute): "
@@ -121,15 +142,8 @@ explain(
     "blocks need fewer entries but waste more. The chart averages every request of this "
     "workload over every length it passes through.",
     title="Why the block size matters")
-show_figure(sweep_figure(block_size_sweep(requests), block_size), key="frag_sweep",
-            file_name="block_size_sweep")
+with held_back(TRADEOFF.answered, "the block-size sweep", key="frag_sweep"):
+    show_figure(sweep_figure(sweep, block_size), key="frag_sweep", file_name="block_size_sweep")
+TRADEOFF.ask()
 
-peak = max(f.contiguous.running for f in all_frames)
-predict("frag_peak",
-        f"Each contiguous reservation is prompt (16-96) + {max_output} slots, in a pool of "
-        f"{cfg.capacity} slots. What is the most requests the contiguous server ever runs at "
-        "once in this workload?",
-        answer=peak,
-        explanation=f"The paged pool, with the same bytes, runs up to "
-                    f"{max(f.paged.running for f in all_frames)} at once: it stores only tokens "
-                    "that exist, plus less than one block of tail per sequence.")
+PEAK.ask()

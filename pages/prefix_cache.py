@@ -8,7 +8,7 @@ from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.prefix_cache import APP_NAMES, PrefixCacheStory, PrefixConfig
 from ui.chapters import chapter_strip, next_page
 from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
-from ui.predict import predict
+from ui.predict import Question, gate, held_back
 from ui.scenario import export_trace, frames, live_badge, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
@@ -52,16 +52,37 @@ story = PrefixCacheStory(cfg, seed())
 all_frames = frames(story)
 
 
+def hits_question(step: int) -> tuple[Question, int] | None:
+    """About the next admission, at this step or a later one: with the step that shows it."""
+    at = next((f.step for f in all_frames[step:] if f.admissions), None)
+    if at is None:
+        return None
+    upcoming = all_frames[at].admissions[0]
+    return Question(
+        "prefix_hits", f"The next request to be admitted, R{upcoming.req_id}, uses app "
+        f"{APP_NAMES[upcoming.app]} and has a {upcoming.prompt_len}-token prompt. How many of "
+        "its prompt tokens will be found in the cache?",
+        answer=upcoming.hit_tokens,
+        explanation="Only full blocks whose whole chain is still cached can hit, never the "
+                    "block holding the last prompt token; an evicted block ends the chain.",
+        context=(story, upcoming.req_id)), at
+
+
 def show_step(step: int) -> None:
     frame = all_frames[step]
     last = len(all_frames) - 1
     names = {seq: f"R{req}" for req, seq in frame.seq_of_request.items()}
     parts = step_parts()
+    asked = hits_question(step)
+    questions = gate([asked] if asked else [], step)
     with parts.caption:
+        for question in questions.due:
+            question.ask()
+    with parts.caption, held_back(not questions.hold, "what this step did", key="px_caption"):
         bullets(story.caption(frame) or ["Every running request decodes one token; nothing is "
                                          "admitted, evicted or finished."])
     usage = frame.snapshot.usage
-    with parts.before:
+    with parts.before, held_back(not questions.hold, "the counters", key="px_counters"):
         m1, m2, m3, m4 = st.columns(4)
         m1.metric("Hit rate (prompt tokens)", f"{100 * frame.hit_rate:.0f}%",
                   help=f"{frame.hit_tokens} of {frame.query_tokens} prompt tokens so far were "
@@ -75,7 +96,7 @@ def show_step(step: int) -> None:
     marked = sorted({link.block_id for a in frame.admissions for link in a.chain
                      if link.status == "hit"}
                     | {e.block_id for e in frame.events if e.kind == "evict"})
-    with parts.main:
+    with parts.main, held_back(not questions.hold, "the pool", key="px_pool"):
         show_figure(pool_grid(frame.snapshot, names, highlight=marked,
                               columns=8 if num_blocks <= 32 else 16,
                               title="KV pool (grey: free but cached)"),
@@ -85,8 +106,8 @@ def show_step(step: int) -> None:
                     "evicted at this step", unsafe_allow_html=True)
         shown = frame.admissions[0] if frame.admissions else next(
             (f.admissions[0] for f in reversed(all_frames[:step]) if f.admissions), None)
-        with st.container():  # one block with or without a chain: later ones stay put
-            if shown is not None:
+        with st.container(), held_back(not questions.hold, "the hash chain", key="px_chain"):
+            if shown is not None:  # (one block with or without a chain: later ones stay put)
                 show_figure(hash_chain(shown), key="prefix_chain", file_name="hash_chain")
                 st.caption("Each hash covers its block's tokens and, through its parent's "
                            "hash, every token before them. **hit**: found, not prefilled. "
@@ -104,16 +125,8 @@ def show_step(step: int) -> None:
             title="Only full blocks, and never the last token")
         show_figure(cache_over_time(all_frames, step), key="prefix_time",
                     file_name="prefix_cache_over_time")
-        upcoming = next((f.admissions[0] for f in all_frames[step + 1:] if f.admissions), None)
-        if upcoming is not None:
-            predict("prefix_hits",
-                    f"The next request to be admitted, R{upcoming.req_id}, uses app "
-                    f"{APP_NAMES[upcoming.app]} and has a {upcoming.prompt_len}-token prompt. "
-                    "How many of its prompt tokens will be found in the cache?",
-                    answer=upcoming.hit_tokens,
-                    explanation="Only full blocks whose whole chain is still cached can hit, "
-                                "never the block holding the last prompt token; an evicted "
-                                "block ends the chain.")
+        for question in questions.later:
+            question.ask()
         export_trace(story, step)
         next_page(step == last)
 

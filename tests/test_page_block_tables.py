@@ -68,6 +68,6 @@ def test_predict_answers_come_from_the_engine(open_page) -> None:
     at = open_page()
     at.button(key="bt_blocks_show").click().run()
     assert "engine says **3**" in at.info[0].value  # 33 tokens of 16: three blocks
-    at.number_input(key="bt_tail_guess").set_value(14).run()
+    at.number_input(key="bt_tail_guess").set_value(14)  # a form: sent with Check
     at.button(key="bt_tail_check").click().run()
     assert at.success[0].value.startswith("Right: **14**")

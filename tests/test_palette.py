@@ -14,8 +14,16 @@ import math
 
 import pytest
 
-from lab.figures.style import (CACHED_COLOR, EXTERNAL_COLOR, FREE_COLOR, HIGHLIGHT_COLOR, PALE,
-                               PALETTE, SHARED_COLOR, lighten)
+from lab.figures.style import (
+    CACHED_COLOR,
+    EXTERNAL_COLOR,
+    FREE_COLOR,
+    HIGHLIGHT_COLOR,
+    PALE,
+    PALETTE,
+    SHARED_COLOR,
+    lighten,
+)
 
 MACHADO = {
     "protanopia": ((0.152286, 1.052583, -0.204868), (0.114503, 0.786281, 0.099216),

@@ -153,25 +153,58 @@ def test_classroom_mode_collapses_text_and_loads_large_styles() -> None:
 def _predict_app() -> None:
     import streamlit as st
 
-    from ui.predict import predict
+    from ui.predict import Question, held_back
 
     def costly_answer() -> int:  # counts its calls: it must run only once asked
         st.session_state["answer_calls"] = st.session_state.get("answer_calls", 0) + 1
         return 3
 
-    predict("q", "How many blocks hold 33 tokens of 16?", answer=costly_answer,
-            explanation="Round up.")
+    block_size = st.session_state.get("block_size", 16)
+    question = Question("q", "How many blocks hold 33 tokens?", answer=costly_answer,
+                        explanation="Round up.", context=block_size)
+    with held_back(question.answered, "the pool", key="pool"):
+        st.text("the answer, in a figure")
+    question.ask()
 
 
 def test_predict_then_reveal() -> None:
     at = AppTest.from_function(_predict_app, default_timeout=TIMEOUT).run()
     assert not at.success and not at.error and "answer_calls" not in at.session_state
-    at.number_input(key="q_guess").set_value(2).run()
+    assert "held back" in at.caption[0].value
+    at.button(key="q_check").click().run()  # Check with nothing typed: asked to type first
+    assert "prediction first" in at.warning[0].value and not at.error
+    at.number_input(key="q_guess").set_value(2)  # a form: the guess travels with Check
     at.button(key="q_check").click().run()
-    assert "engine says **3**" in at.error[0].value
-    at.number_input(key="q_guess").set_value(3).run()
+    assert "you said 2, the engine says **3**" in at.error[0].value
+    assert "held back" not in " ".join(c.value for c in at.caption)
+    assert "0 of 1 on this page" in at.caption[-1].value
+    at.number_input(key="q_guess").set_value(3)
     at.button(key="q_check").click().run()
     assert at.success[0].value.startswith("Right: **3**")
+    assert "1 of 1 on this page" in at.caption[-1].value
+
+
+def test_a_new_context_asks_again_and_just_show_me_reveals() -> None:
+    at = AppTest.from_function(_predict_app, default_timeout=TIMEOUT).run()
+    at.button(key="q_show").click().run()
+    assert "engine says **3**" in at.info[0].value and not at.success
+    at.session_state["block_size"] = 8  # a setting the answer depends on changes
+    at.run()
+    assert not at.info and "held back" in at.caption[0].value
+
+
+def test_gate_asks_a_question_just_before_the_step_that_answers_it(monkeypatch) -> None:
+    from ui import predict
+
+    monkeypatch.setattr(predict.Question, "answered", property(lambda q: q.key == "done"))
+    early, late, done = (predict.Question(k, k, 1, "") for k in ("early", "late", "done"))
+    steps = [(early, 2), (late, 6), (done, 1)]
+    before = predict.gate(steps, 0)
+    assert before.due == () and not before.hold
+    assert predict.gate(steps, 1).due == (early,) and not predict.gate(steps, 1).hold
+    at_reveal = predict.gate(steps, 2)
+    assert at_reveal.due == (early,) and at_reveal.hold and late in at_reveal.later
+    assert predict.gate(steps, 5).due == (early, late)
 
 
 def _figure_app() -> None:

@@ -111,7 +111,7 @@ def test_a_teacher_link_hides_what_it_names(page, app_url: str) -> None:
     open_page(page, f"{app_url}/block_tables?hide=settings,questions,sidebar&lock=1")
     main = page.locator('[data-testid="stMain"]')
     assert main.locator('[data-testid="stExpander"] summary', has_text="Settings").count() == 0
-    assert main.locator('[class*="_predict"]').count() == 0
+    assert main.locator('[data-testid="stForm"]').count() == 0
     assert not page.locator('[data-testid="stSidebar"]').is_visible()
     click_control(page, "forward")  # the class still steps
     wait_settled(page)
