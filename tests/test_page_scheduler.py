@@ -15,8 +15,8 @@ from tests.test_vllm_metrics import CURRENT, LOG
 PAGES = Path(__file__).resolve().parents[1] / "pages"
 
 
-def run_page(name: str, query: dict[str, str] | None = None) -> AppTest:
-    at = AppTest.from_file(str(PAGES / name), default_timeout=90)
+def run_page(name: str, query: dict[str, str] | None = None, timeout: float = 90) -> AppTest:
+    at = AppTest.from_file(str(PAGES / name), default_timeout=timeout)
     at.query_params.update(query or {})
     return at.run()
 
@@ -68,7 +68,22 @@ def test_replay_and_chain_sections() -> None:
     assert len(at.dataframe) == 1
     at = run_page("scheduler.py", {**query, "sched_view": "Batch chain"})
     assert not at.exception
-    assert "live sequences of contiguous" in text(at)
+    assert "The chain and its verdict held back" in text(at)  # predict first
+    at.button(key="sched_chain_link_show").click().run()
+    verdicts = [e.value for e in [*at.success, *at.warning]]
+    assert any(v.startswith(("The chain held", "Link ", "Only ")) for v in verdicts)
+    assert "engine says" in at.info[0].value
+
+
+def test_the_chain_example_weakens_at_link_4() -> None:
+    from ui.scheduler_views import CHAIN_EXAMPLE
+
+    query = {name: str(value) for name, value in CHAIN_EXAMPLE.items()}
+    at = run_page("scheduler.py", {**query, "sched_view": "Batch chain"}, timeout=300)
+    at.button(key="sched_chain_link_show").click().run()
+    assert not at.exception
+    assert "Link 4 weakens" in at.warning[0].value
+    assert "4. more throughput" in at.info[0].value
 
 
 def test_bad_csv_shows_row_errors() -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
+from lab.serving.config import COMPUTE_POOL, SchedulerConfig
 from lab.serving.metrics import summarize
 from lab.serving.request import RequestState
+from lab.serving.runs import block_size_sweep
 from lab.serving.workloads import from_preset
 from tests.scheduler_helpers import config, decisions, llama_h100, run, specs
 
@@ -117,3 +120,29 @@ def test_cost_model_roofline():
     assert prefill.bound == "compute"
     assert 100 < cost.crossover_batch(context=100) < 1000  # short contexts: compute catches up
     assert cost.crossover_batch(context=2000) == float("inf")  # long ones: KV reads dominate
+
+
+def test_block_costs_price_small_blocks() -> None:
+    cost = llama_h100()
+    dense = cost.iteration(new_tokens=64, context_tokens=64_000, attn_pairs=64_000)
+    for block_size in (1, 16):
+        visits = 64 * -(-1000 // block_size)  # 64 sequences of 1,000 tokens
+        paged = cost.iteration(64, 64_000, 64_000, block_visits=visits, block_ops=64)
+        extra_bytes = visits * cost.block_visit_tokens * cost.kv_bytes_per_token
+        assert paged.memory_s - dense.memory_s == pytest.approx(extra_bytes / cost.bandwidth)
+        assert paged.bookkeeping_s == pytest.approx(64 * cost.block_op_s)
+        assert paged.seconds == pytest.approx(max(paged.memory_s, paged.compute_s)
+                                              + paged.bookkeeping_s)
+    # At block size 16 the kernel's K/V reads cost 20% more than dense ones (its calibration).
+    assert cost.block_visit_tokens / 16 == pytest.approx(0.2)
+
+
+def test_the_block_size_sweep_has_two_sides() -> None:
+    """Tiny blocks pay per block (kernel visits, allocations), huge ones waste the pool: both
+    ends lose throughput against the default."""
+    requests = from_preset("sharegpt", 200, seed=0, max_tokens=1024)
+    cfg = SchedulerConfig(pool=replace(COMPUTE_POOL, num_blocks=512, block_size=16),
+                          max_num_seqs=64, max_num_batched_tokens=2048)
+    tiny, default, huge = block_size_sweep(requests, cfg, llama_h100(), 0, sizes=(1, 16, 256))
+    assert tiny.throughput < default.throughput > huge.throughput
+    assert tiny.waste_share < default.waste_share < huge.waste_share

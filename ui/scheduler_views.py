@@ -13,10 +13,11 @@ from typing import Any
 import streamlit as st
 
 from lab.figures.scheduler import chain_figure, length_histograms, serving_timeseries, sweep_figure
+from lab.serving.chain import SEAT_OPTIONS, batch_chain, chain_verdict
 from lab.serving.config import COMPUTE_POOL, SchedulerConfig
 from lab.serving.cost_model import CostModel, cost_model
 from lab.serving.metrics import Summary, series, summarize
-from lab.serving.runs import batch_chain, block_size_sweep, pool_size_sweep, replay
+from lab.serving.runs import block_size_sweep, pool_size_sweep, replay
 from lab.serving.workloads import (
     PRESETS,
     RequestSpec,
@@ -29,9 +30,12 @@ from lab.sizing.capacity import load_gpus
 from lab.sizing.model_spec import load_presets
 from ui.layout import explain, show_figure
 from ui.memo import per_user
+from ui.predict import Question, held_back
 from ui.state import bool_param, choice_param, float_param, int_param, set_param
 
 CSV = "csv"
+CHAIN_CHOICES = ("none: it held", "1. less waste", "2. more live sequences",
+                 "3. bigger batches", "4. more throughput")
 Requests = tuple[RequestSpec, ...]
 
 
@@ -165,51 +169,46 @@ def replay_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, se
 
 def chain_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, seed: int) -> None:
     target_ms = int_param("Latency target: ITL p90 (ms)", "sched_itl_target", default=50,
-                          min_value=1, max_value=1000, widget="number")
+                          min_value=1, max_value=1000, widget="number",
+                          help="Inter-token latency: the time between two output tokens of one "
+                               "request. p90: 9 in 10 of those gaps are shorter than this.")
     rows = kept("sched_chain", (requests, cfg, cost, seed, target_ms),
                 lambda progress: batch_chain(requests, cfg, cost, seed, target_ms / 1e3,
                                              progress=progress),
-                "Running both allocators at 5 values of max_num_seqs…")
-    show_figure(chain_figure(rows, target_ms), key="sched_chain_fig")
+                f"Running both allocators at {len(SEAT_OPTIONS)} values of max_num_seqs…")
     c, p = rows
-    ratio = lambda a, b: a / b if b else float("inf")  # noqa: E731
-    live, thr = ratio(p.live_seqs, c.live_seqs), ratio(p.throughput, c.throughput)
-    st.markdown(
-        f"Paged kept **{live:.1f}×** the live sequences of contiguous and reached **{thr:.1f}×** "
-        f"its throughput within the target (best max_num_seqs: contiguous "
-        f"{c.best_max_num_seqs or 'none met it'}, paged {p.best_max_num_seqs or 'none met it'}). "
-        f"Paged iterations were compute-bound **{p.compute_bound_share:.0%}** of the time.")
-    if c.best_max_num_seqs is None and p.best_max_num_seqs is None:
-        st.info("No run met the latency target: even one sequence per iteration reads every "
-                "weight, so the target is below this GPU's floor. Raise it.",
-                icon=":material/timer:")
-    elif live < 1.2:
-        st.info("Both allocators kept about as many sequences live: memory was not the limit "
-                "(a large pool, or max_num_seqs caps both). Freeing blocks cannot help here.",
-                icon=":material/link_off:")
-    elif thr < 0.8 * live:
-        st.warning("The chain weakens at link 4: more live sequences did not turn into as much "
-                   "throughput. Bigger batches past the roofline's crossover are compute-bound: "
-                   "each iteration takes longer by about as much as it adds tokens.",
-                   icon=":material/link_off:")
-    else:
-        st.success("The chain held: memory was the limit, and paging turned the freed KV "
-                   "into proportionally more throughput.", icon=":material/link:")
-    st.button("Load a compute-bound example", key="sched_chain_example", on_click=_example,
+    verdict = chain_verdict(c, p)
+    question = Question(
+        "sched_chain_link", "Which link of the chain breaks first on this workload, if any?",
+        answer=CHAIN_CHOICES[verdict.link or 0], choices=CHAIN_CHOICES,
+        explanation=verdict.text, context=(requests, cfg, cost, seed, target_ms))
+    with held_back(question.answered, "the chain and its verdict", key="sched_chain"):
+        show_figure(chain_figure(rows, target_ms), key="sched_chain_fig")
+        best = {r.allocator: r.best_max_num_seqs or "none met it" for r in rows}
+        st.markdown(f"Each allocator at its best max_num_seqs that meets the target (contiguous "
+                    f"{best['contiguous']}, paged {best['paged']}); all four bars come from "
+                    "that run.")
+        icon = {"held": ":material/link:", "weak": ":material/link_off:",
+                "no_target": ":material/timer:"}[verdict.kind]
+        (st.success if verdict.kind == "held" else st.warning)(verdict.text, icon=icon)
+    question.ask()
+    st.button("Load an example where link 4 weakens", key="sched_chain_example",
+              on_click=_example,
               help="Alpaca-like, 2,000 requests, max_tokens 512, 2,000 blocks, max_num_seqs "
                    "512, budget 4,096, Llama-3.1-8B on an H100, ITL target 100 ms.")
-    explain("In the example, paged keeps about 5× the sequences of contiguous, but half of its "
-            "iterations are compute-bound, so throughput rises only about half as much. Then "
-            "give both a pool of 200,000 blocks: they keep the same sequences live and paging "
-            "buys nothing.")
+    explain("Try the example, then give both allocators a pool of 200,000 blocks: they keep "
+            "the same sequences live and paging buys nothing.")
+
+
+CHAIN_EXAMPLE = {  # tests/test_page_scheduler.py checks that its chain weakens at link 4
+    "big_workload": PRESETS["alpaca"].label, "big_requests": 2000, "big_max_tokens": 512,
+    "big_blocks": 2000, "big_block_size": 16, "big_seats": 512, "big_budget": 4096,
+    "sched_model": "Llama-3.1-8B", "sched_gpu": "H100 80 GB", "sched_itl_target": 100,
+    "big_rate": 0.0}
 
 
 def _example() -> None:
-    for param, value in {
-            "big_workload": PRESETS["alpaca"].label, "big_requests": 2000, "big_max_tokens": 512,
-            "big_blocks": 2000, "big_block_size": 16, "big_seats": 512, "big_budget": 4096,
-            "sched_model": "Llama-3.1-8B", "sched_gpu": "H100 80 GB", "sched_itl_target": 100,
-            "big_rate": 0.0}.items():
+    for param, value in CHAIN_EXAMPLE.items():
         set_param(param, value)
 
 
@@ -224,6 +223,13 @@ def sweeps_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, se
                       lambda pr: block_size_sweep(requests, cfg, cost, seed, progress=pr),
                       "Replaying at 9 block sizes…")
         show_figure(sweep_figure(points, "block size (tokens)"), key="sched_bs_fig")
+        explain("Both sides of the guide's tradeoff are priced. Small blocks: the kernel pays "
+                "for every block it visits (a table lookup and a loop turn, charged as 3.2 "
+                "tokens of extra K/V reads per block: 20% at block size 16, the overhead the "
+                "vLLM paper measured for its kernel) and the allocator's bookkeeping runs per "
+                "block taken. Large blocks: each sequence's last block wastes more of the "
+                "pool, so fewer sequences fit. The best size is where the two meet, for this "
+                "workload.", title="What the block-size sweep charges")
     if st.session_state.get("sched_pool_params") == (requests, cfg, cost, seed):
         points = kept("sched_pool", (requests, cfg, cost, seed),
                       lambda pr: pool_size_sweep(requests, cfg, cost, seed, progress=pr),

@@ -11,7 +11,8 @@ from plotly.subplots import make_subplots
 
 from lab.figures.style import PALETTE, lab_template
 from lab.memory.contiguous import Region
-from lab.serving.runs import ChainRow, SweepPoint
+from lab.serving.chain import ChainRow
+from lab.serving.runs import SweepPoint
 from lab.serving.workloads import RequestSpec
 
 COLORS = {"contiguous": PALETTE[5], "paged": PALETTE[0]}
@@ -76,7 +77,7 @@ def length_histograms(requests: Sequence[RequestSpec]) -> go.Figure:
 
 def chain_figure(rows: Sequence[ChainRow], itl_target_ms: float) -> go.Figure:
     """The guide's chain as four linked bar charts, contiguous vs paged."""
-    titles = ["1. wasted KV", "2. live sequences", "3. batch (seqs/iteration)",
+    titles = ["1. wasted KV", "2. live sequences", "3. batch (tokens out/iteration)",
               f"4. tok/s, ITL p90 ≤ {itl_target_ms:g} ms"]
     fig = make_subplots(rows=1, cols=4, subplot_titles=titles, horizontal_spacing=0.07)
     for i, key in enumerate(("waste_share", "live_seqs", "batch_seqs", "throughput")):

@@ -8,11 +8,28 @@ chunks together). It must
 - do the arithmetic: 2 FLOPs per parameter per new token (one multiply-add per weight), plus
   attention: 4 x layers x heads x head_dim FLOPs per (query, key) pair (Q.K and P.V).
 
-    time = max(bytes / bandwidth, FLOPs / peak rate)
+    time = max(bytes / bandwidth, FLOPs / peak rate) + bookkeeping
+
+The block size has a price on both sides (the guide's "real tradeoff"), so a paged pool pays
+for its blocks as well as saving memory:
+
+- the kernel's work per block: every block a sequence's attention visits costs, beyond its
+  K/V bytes, a table lookup and a loop turn that bandwidth does not hide. We charge it as
+  reading BLOCK_VISIT_TOKENS more tokens of K/V per block visited: 3.2 tokens, so that at the
+  default block size of 16 paged attention reads cost 20% more than dense ones, the overhead
+  the vLLM paper measured for its kernel against FasterTransformer's (Kwon et al., SOSP 2023,
+  section 7.1: 20-26% higher attention latency). At block size 1 the reads cost 4.2x, at 256
+  about 1%.
+- the allocator's metadata work: the scheduler runs on the CPU between iterations, and every
+  block it takes (or region it reserves) costs `block_op_s` of bookkeeping.
+
+Larger blocks waste more of the pool instead (their last block's tail), which the scheduler sees
+as fewer sequences admitted.
 
 Decode iterations with small batches are memory-bound (the weights dominate); prefill and large
 batches become compute-bound. This is a teaching model: no kernel efficiency factors, no
-communication, no CPU overhead; MoE models are charged for all their weights (an upper bound).
+communication, no CPU overhead beyond the allocator's; MoE models are charged for all their
+weights (an upper bound).
 Model geometry and weights come from the calculator's presets (lab/sizing/: model_spec.py,
 kv_formula.py, capacity.py); the bandwidth and peak rate of each GPU preset are data-sheet
 figures kept in assets/gpus.json.
@@ -32,11 +49,16 @@ from lab.sizing.model_spec import ModelSpec
 Bound = Literal["memory", "compute"]
 
 
+BLOCK_VISIT_TOKENS = 3.2  # per block visited: 20% of a 16-token block's reads (see above)
+BLOCK_OP_S = 5e-6  # CPU seconds per block taken; see bench/RESULTS.md (Allocator)
+
+
 @dataclass(frozen=True)
 class IterationCost:
     seconds: float
     memory_s: float
     compute_s: float
+    bookkeeping_s: float = 0.0  # the allocator's CPU work before the iteration
 
     @property
     def bound(self) -> Bound:
@@ -52,14 +74,22 @@ class CostModel:
     bandwidth: float  # bytes / s
     peak_flops: float  # FLOP / s
     label: str = ""
+    block_visit_tokens: float = BLOCK_VISIT_TOKENS
+    block_op_s: float = BLOCK_OP_S
 
-    def iteration(self, new_tokens: int, context_tokens: int, attn_pairs: int) -> IterationCost:
+    def iteration(self, new_tokens: int, context_tokens: int, attn_pairs: int,
+                  block_visits: int = 0, block_ops: int = 0) -> IterationCost:
         """Cost of one iteration computing `new_tokens` tokens whose sequences hold
-        `context_tokens` tokens in all (new ones included), with `attn_pairs` (query, key) pairs."""
-        bytes_moved = self.weight_bytes + (context_tokens + new_tokens) * self.kv_bytes_per_token
+        `context_tokens` tokens in all (new ones included), with `attn_pairs` (query, key)
+        pairs; the kernel visits `block_visits` blocks (summed over sequences) and the
+        allocator took `block_ops` blocks or regions for it."""
+        kv_tokens = context_tokens + new_tokens + block_visits * self.block_visit_tokens
+        bytes_moved = self.weight_bytes + kv_tokens * self.kv_bytes_per_token
         flops = new_tokens * self.flops_per_token + attn_pairs * self.attn_flops_per_pair
         memory_s, compute_s = bytes_moved / self.bandwidth, flops / self.peak_flops
-        return IterationCost(max(memory_s, compute_s), memory_s, compute_s)
+        bookkeeping_s = block_ops * self.block_op_s
+        return IterationCost(max(memory_s, compute_s) + bookkeeping_s, memory_s, compute_s,
+                             bookkeeping_s)
 
     def crossover_batch(self, context: int) -> float:
         """Decode batch size at which compute time reaches memory time (each sequence holding
@@ -76,8 +106,8 @@ class Cost(Protocol):
 
     label: str
 
-    def iteration(self, new_tokens: int, context_tokens: int,
-                  attn_pairs: int) -> IterationCost: ...
+    def iteration(self, new_tokens: int, context_tokens: int, attn_pairs: int,
+                  block_visits: int = 0, block_ops: int = 0) -> IterationCost: ...
 
 
 @dataclass(frozen=True)
@@ -87,7 +117,8 @@ class StepClock:
 
     label: str = "one step per iteration"
 
-    def iteration(self, new_tokens: int, context_tokens: int, attn_pairs: int) -> IterationCost:
+    def iteration(self, new_tokens: int, context_tokens: int, attn_pairs: int,
+                  block_visits: int = 0, block_ops: int = 0) -> IterationCost:
         return IterationCost(1.0, 1.0, 0.0)
 
 

@@ -45,6 +45,8 @@ class KVBackend(Protocol):
     name: AllocatorKind
     events: EventLog  # what the memory did, stamped with the scheduler's iteration
     computes: bool  # compute() has work: K/V to write or a prefix cache to fill
+    block_size: int | None  # the kernel walks blocks of this many tokens (None: one region)
+    taken: int  # blocks (or regions) handed out so far: the allocator's bookkeeping work
 
     def never_fits(self, req: Request) -> str | None:
         """Why the request could not run even alone in the pool (None: it could)."""
@@ -109,6 +111,8 @@ class PagedBackend:
         self.swap = SwapSpace(self.manager, cfg.num_cpu_blocks or cfg.num_blocks)
         self.kv = SyntheticKV(cfg.pool, seed, cfg.num_heads) if cfg.compute else None
         self.computes = cfg.compute or cfg.enable_prefix_cache
+        self.block_size = cfg.block_size
+        self.taken = 0
 
     # -- admission ---------------------------------------------------------------------------
     def never_fits(self, req: Request) -> str | None:
@@ -128,6 +132,7 @@ class PagedBackend:
         seq = self.manager.add_sequence(req.tokens)
         req.seq_id, req.block_table = seq.seq_id, tuple(seq.block_table)
         req.num_computed = req.num_cached = seq.num_cached_tokens
+        self.taken += seq.num_blocks  # a prefix hit is bookkeeping too: a lookup, a reference
         return seq.num_blocks * self.cfg.block_size
 
     # -- growth ------------------------------------------------------------------------------
@@ -143,6 +148,7 @@ class PagedBackend:
             return None
         self.sync(req, computed)
         self.manager.append_token(req.seq_id, req.planned[computed])
+        self.taken += 1
         return self.manager.sequences[req.seq_id].num_blocks * self.cfg.block_size
 
     def compute(self, batch: Batch) -> AttentionCheck | None:
@@ -189,6 +195,7 @@ class PagedBackend:
         req.seq_id = self.swap.swap_in(swapped)
         req.swapped = None
         seq = self.manager.sequences[req.seq_id]
+        self.taken += seq.num_blocks
         return (swapped.num_blocks * self.cfg.pool.bytes_per_block,
                 seq.num_blocks * self.cfg.block_size)
 
@@ -219,11 +226,13 @@ class PagedBackend:
 class ContiguousBackend:
     name: AllocatorKind = "contiguous"
     computes = False  # the baseline is accounting only: no tensors, no prefix cache
+    block_size = None  # each request's K/V is one region: the kernel walks no blocks
 
     def __init__(self, cfg: SchedulerConfig, seed: int) -> None:
         self.cfg = cfg
         self.allocator = ContiguousAllocator(cfg.capacity_slots)
         self.events = self.allocator.events
+        self.taken = 0
 
     @staticmethod
     def reservation(req: Request) -> int:
@@ -246,6 +255,7 @@ class ContiguousBackend:
 
     def admit(self, req: Request) -> int:
         region = self.allocator.reserve(req.req_id, self.reservation(req), req.length)
+        self.taken += 1
         req.num_computed = req.num_cached = 0
         return region.reserved
 

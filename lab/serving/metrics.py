@@ -51,6 +51,8 @@ class Summary:
     mean_batch_seqs: float  # sequences per iteration, time-weighted
     mean_batch_tokens: float
     mean_running: float  # resident sequences, time-weighted
+    running_per_iteration: float  # resident sequences, mean over iterations
+    prefill_tokens: int  # prompt tokens computed, recomputed ones included
     mean_kv_usage: float
     mean_waste_slots: float
     preemptions: int
@@ -103,7 +105,9 @@ def summarize(sched: Scheduler) -> Summary:
         itl=Percentiles.of(itl),
         e2e=Percentiles.of([q.finish_s - q.spec.arrival_s for q in done]),
         mean_batch_seqs=weighted("batch_seqs"), mean_batch_tokens=weighted("batch_tokens"),
-        mean_running=weighted("running"), mean_kv_usage=weighted("kv_usage"),
+        mean_running=weighted("running"),
+        running_per_iteration=float(cols["running"].mean()) if len(weights) else 0.0,
+        prefill_tokens=int(cols["prefill_tokens"].sum()), mean_kv_usage=weighted("kv_usage"),
         mean_waste_slots=weighted("waste_slots"),
         preemptions=sum(sched.preemptions.values()),
         preempt_recompute=sched.preemptions["recompute"], preempt_swap=sched.preemptions["swap"],

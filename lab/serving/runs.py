@@ -1,5 +1,5 @@
-"""Whole scheduler runs: replays on both allocators, the guide's batch chain, and sweeps over
-block size and pool size. No Streamlit here; `progress(fraction)` callbacks let a page draw a
+"""Whole scheduler runs: replays, and sweeps over block size and pool size (the guide's batch
+chain is in chain.py). No Streamlit here; `progress(fraction)` callbacks let a page draw a
 progress bar.
 """
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import Cost
-from lab.serving.metrics import Summary, summarize
+from lab.serving.metrics import summarize
 from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import RequestSpec
 
@@ -33,46 +33,6 @@ def replay(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost, 
     sched = Scheduler(requests, replace(cfg, compute=False, explain=False), cost, seed)
     run(sched, progress=progress)
     return sched
-
-
-@dataclass(frozen=True)
-class ChainRow:
-    """One allocator's links of the guide's chain on one workload."""
-
-    allocator: str
-    waste_share: float  # wasted KV slots / pool, time-weighted
-    live_seqs: float  # resident sequences, time-weighted
-    batch_seqs: float  # sequences per iteration, time-weighted
-    throughput: float  # output tokens/s at the best max_num_seqs meeting the latency target
-    best_max_num_seqs: int | None  # None: no setting met the target
-    compute_bound_share: float
-    summary: Summary
-
-
-def batch_chain(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost, seed: int,
-          itl_target_s: float, seat_options: tuple[int, ...] = (16, 32, 64, 128, 256),
-          progress: Progress = None) -> list[ChainRow]:
-    """Both allocators at cfg, then each allocator's best throughput over `seat_options` among
-    the runs whose ITL p90 stays under the target."""
-    rows, total, done = [], 2 * (1 + len(seat_options)), 0
-    for allocator in ("contiguous", "paged"):
-        base = replace(cfg, allocator=allocator)
-        summary = summarize(replay(requests, base, cost, seed))
-        done += 1
-        best: tuple[float, int] | None = None
-        for seats in seat_options:
-            s = summarize(replay(requests, replace(base, max_num_seqs=seats), cost, seed))
-            meets = s.itl.count and s.itl.p90 <= itl_target_s
-            if meets and (best is None or s.throughput_tok_s > best[0]):
-                best = (s.throughput_tok_s, seats)
-            done += 1
-            if progress is not None:
-                progress(done / total)
-        rows.append(ChainRow(allocator, summary.mean_waste_slots / cfg.capacity_slots,
-                             summary.mean_running, summary.mean_batch_seqs,
-                             best[0] if best else 0.0, best[1] if best else None,
-                             summary.compute_bound_share, summary))
-    return rows
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from collections import deque
 
 import numpy as np
 
+from lab.memory.block_table import blocks_for
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import Cost, attention_pairs
 from lab.serving.kv_backends import make_backend
@@ -53,6 +54,7 @@ class Scheduler:
         self.table = RunningTable()  # the running requests
         self.swapped: deque[Request] = deque()
         self.clock, self.iteration = 0.0, 0
+        self._taken = 0  # the backend's blocks taken, as of the last iteration
         self.records: list[IterationRecord] = []
         self.num_finished = self.num_rejected = 0
         self.preemptions = {"recompute": 0, "swap": 0}
@@ -249,7 +251,10 @@ class Scheduler:
         decode = int(((alloc == 1) & (t.length == end) & (t.outputs > 0)).sum())
         new_tokens = int(alloc.sum())
         pairs = int(attention_pairs(alloc, end).sum())
-        cost = self.cost.iteration(new_tokens, int(end[scheduled].sum()), pairs)
+        block_size = self.backend.block_size
+        visits = int(blocks_for(end[scheduled], block_size).sum()) if block_size else 0
+        ops, self._taken = self.backend.taken - self._taken, self.backend.taken
+        cost = self.cost.iteration(new_tokens, int(end[scheduled].sum()), pairs, visits, ops)
         rows = np.flatnonzero(scheduled)
         check = None
         if self.backend.computes:
