@@ -167,6 +167,8 @@ class KVCacheManager:
                              f"sequence {seq.seq_id}: {seq.num_written} written of {len(seq)}")
 
     def _register_full_blocks(self, seq: Sequence) -> None:
+        """Cache every written full block past the ones already named (no de-duplication:
+        a block whose content another block holds is cached too, as vLLM does)."""
         done = len(seq.block_hashes)
         full = seq.num_written // self.block_size
         if full == done:
@@ -193,7 +195,9 @@ class KVCacheManager:
         return child
 
     def free(self, seq_id: int) -> None:
-        """Release a finished sequence. Tail blocks go first, so they are evicted first."""
+        """Release a finished (or preempted) sequence, tail block first as vLLM does: its
+        partial block goes to the front of the free queue, its cached blocks to the back with
+        the tail nearest the front, so a prefix outlives the blocks that continue it."""
         seq = self._get(seq_id)
         self.blocks.free(list(reversed(seq.block_table)), seq_id)
         del self.sequences[seq_id]
