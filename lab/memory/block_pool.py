@@ -147,13 +147,15 @@ class BlockPool:
         if not holders:
             del self.cached[value]
         self.block_hash[block_id] = None
-        self.events.emit("evict", seq_id, block_id, hash=value)
+        if self.events.keep:  # skip building the detail of an event not kept
+            self.events.emit("evict", seq_id, block_id, hash=value)
 
     def share(self, block_id: int, seq_id: int | None = None) -> None:
         """One more block table points at a live block (fork)."""
         self._check_in_use((block_id,), "share")
         self.ref_counts[block_id] += 1
-        self.events.emit("share", seq_id, block_id, ref_count=self.ref_counts[block_id])
+        if self.events.keep:
+            self.events.emit("share", seq_id, block_id, ref_count=self.ref_counts[block_id])
 
     def touch(self, block_id: int, seq_id: int | None = None) -> None:
         """A prefix-cache hit: take a reference, pulling the block out of the free queue."""
@@ -163,7 +165,8 @@ class BlockPool:
         if self.ref_counts[block_id] == 0:
             del self._free[block_id]
         self.ref_counts[block_id] += 1
-        self.events.emit("hit", seq_id, block_id, ref_count=self.ref_counts[block_id])
+        if self.events.keep:
+            self.events.emit("hit", seq_id, block_id, ref_count=self.ref_counts[block_id])
 
     def free(self, block_ids: Sequence[int], seq_id: int | None = None) -> None:
         """Drop one reference to each block, in the order given (a sequence frees its table

@@ -124,11 +124,11 @@ class KVCacheManager:
         if new_blocks <= 0 and not cow:  # the common case: room in an unshared last block
             return
         new_blocks = max(new_blocks, 0)
-        if cow + new_blocks > self.blocks.num_free:
-            raise PoolExhausted(cow + new_blocks, self.blocks.num_free)
         if cow:
+            if 1 + new_blocks > self.blocks.num_free:
+                raise PoolExhausted(1 + new_blocks, self.blocks.num_free)
             self._copy_on_write(seq)
-        table += self.blocks.allocate(new_blocks, seq.seq_id)
+        table += self.blocks.allocate(new_blocks, seq.seq_id)  # raises before any change
 
     def _copy_on_write(self, seq: Sequence) -> None:
         shared = seq.block_table[-1]
