@@ -87,16 +87,16 @@ def replay(engine: Engine, workload: list[Arrival], num_blocks: int, store_kv: b
     # [seq id, its output tokens, how many decoded, its prompt length, its output length]
     live: list[list] = []
     done = rejected = 0
-    append, commit = m.append_token, m.commit  # bound once: the loop below runs per token
+
+    def write_kv(sid: int, upto: int) -> None:  # the real pool: K/V of [num_written, upto)
+        start = m.sequences[sid].num_written
+        m.write(sid, start, *kv.keys_values(m.sequences[sid].tokens[start:upto], start))
+
+    # Bound once: the decode loop below runs per token. Allocator only, the K/V of a token
+    # counts as written when it is committed.
+    append, written = m.append_token, m.commit if kv is None else write_kv
     gc.collect()
-    t0 = time.perf_counter()
-
-    def write(sid: int, start: int, new: list[int]) -> None:
-        if kv is None:
-            m.commit(sid, start + len(new))
-        else:
-            m.write(sid, start, *kv.keys_values(new, start))
-
+    t0, c0 = time.perf_counter(), time.process_time()
     for prompt, outputs, child in workload:
         seq = None
         while seq is None:
@@ -110,7 +110,7 @@ def replay(engine: Engine, workload: list[Arrival], num_blocks: int, store_kv: b
                 done += 1
         if seq is None:
             continue
-        write(seq.seq_id, seq.num_cached_tokens, prompt[seq.num_cached_tokens:])
+        written(seq.seq_id, len(prompt))
         live.append([seq.seq_id, outputs, 0, len(prompt), len(outputs)])
         if child is not None and m.blocks.num_free > 4:
             live.append([m.fork(seq.seq_id).seq_id, child, 0, len(prompt), len(child)])
@@ -121,24 +121,23 @@ def replay(engine: Engine, workload: list[Arrival], num_blocks: int, store_kv: b
                 append(sid, outs[i])
             except engine.exhausted:
                 break
-            if kv is None:  # allocator only: the token's K/V counts as written
-                commit(sid, length + i + 1)
-            else:
-                write(sid, length + i, [outs[i]])
-            entry[2] = i + 1
-            if i + 1 == stop:
+            i += 1
+            written(sid, length + i)
+            entry[2] = i
+            if i == stop:
                 finished.append(entry)
         for entry in finished:
             m.free(entry[0])
             done += 1
         if finished:
             live = [entry for entry in live if entry[2] < entry[4]]
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     m.check_invariants()
-    ops = sum(e.kind in BLOCK_OPS for e in m.events.events) if record_events else None
-    tokens = sum(e.kind == "append" for e in m.events.events) if record_events else None
-    return {"wall": wall, "ops": ops, "tokens": tokens, "done": done, "rejected": rejected,
-            "hit": m.prefix_hit_tokens / max(1, m.prefix_query_tokens)}
+    kinds = [e.kind for e in m.events.events] if record_events else None
+    ops = sum(k in BLOCK_OPS for k in kinds) if kinds else None
+    tokens = kinds.count("append") if kinds else None
+    return {"wall": wall, "cpu": cpu, "ops": ops, "tokens": tokens, "done": done,
+            "rejected": rejected, "hit": m.prefix_hit_tokens / max(1, m.prefix_query_tokens)}
 
 
 # -- the other implementation ------------------------------------------------------------------
@@ -186,36 +185,41 @@ def load_engine(root: Path, label: str) -> Engine:
 
 # -- output ------------------------------------------------------------------------------------
 def compare(engines: list[Engine], workload: list[Arrival], rounds: int) -> None:
-    walls: dict[tuple[str, bool], list[float]] = {}
+    times: dict[tuple[str, bool, str], list[float]] = {}  # (label, events, clock) -> seconds
     first: dict[str, dict] = {}
     for _ in range(rounds):  # interleaved: machine load drifts alike for every implementation
-        for engine in engines:
-            for events in (False, True):
+        for events in (False, True):
+            for engine in engines:  # back to back, so a burst of load hits them alike
                 r = replay(engine, workload, 2048, store_kv=False, record_events=events)
-                walls.setdefault((engine.label, events), []).append(r["wall"])
+                for clock in ("wall", "cpu"):
+                    times.setdefault((engine.label, events, clock), []).append(r[clock])
                 if events:
                     first.setdefault(engine.label, r)
     n = len(workload)
     print(f"\nallocator only: {n} requests, 2,048 blocks of 16 tokens, {rounds} interleaved "
-          "rounds, median wall")
+          "rounds, medians (cpu: this process's CPU time, less disturbed by other load)")
     print(f"{'implementation':<16}{'events':>7}{'block ops':>11}{'tokens':>9}{'wall s':>8}"
-          f"{'block ops/s':>13}{'requests/s':>12}{'tokens/s':>11}{'prefix hit':>11}")
-    rates: dict[tuple[str, bool], tuple[float, float]] = {}
+          f"{'cpu s':>7}{'block ops/s':>13}{'requests/s':>12}{'tokens/s':>11}{'prefix hit':>11}")
     for engine in engines:
         r = first[engine.label]
         for events in (False, True):
-            wall = statistics.median(walls[engine.label, events])
-            rates[engine.label, events] = (r["ops"] / wall, n / wall)
+            wall = statistics.median(times[engine.label, events, "wall"])
+            cpu = statistics.median(times[engine.label, events, "cpu"])
             print(f"{engine.label:<16}{'on' if events else 'off':>7}{r['ops']:>11,}"
-                  f"{r['tokens']:>9,}{wall:>8.2f}{r['ops'] / wall:>13,.0f}{n / wall:>12,.0f}"
-                  f"{r['tokens'] / wall:>11,.0f}{r['hit']:>10.1%}")
+                  f"{r['tokens']:>9,}{wall:>8.2f}{cpu:>7.2f}{r['ops'] / wall:>13,.0f}"
+                  f"{n / wall:>12,.0f}{r['tokens'] / wall:>11,.0f}{r['hit']:>10.1%}")
     new = engines[0].label
     for old in (e.label for e in engines[1:]):
+        ops = first[new]["ops"] / first[old]["ops"]  # block ops/s ratio = this x the speed-up
         for events in (False, True):
-            ops_x = rates[new, events][0] / rates[old, events][0]
-            req_x = rates[new, events][1] / rates[old, events][1]
-            print(f"{new} / {old}, events {'on' if events else 'off'}: block ops/s "
-                  f"x{ops_x:.2f}, requests/s x{req_x:.2f}")
+            for clock in ("wall", "cpu"):
+                mine, theirs = times[new, events, clock], times[old, events, clock]
+                of_medians = statistics.median(theirs) / statistics.median(mine)
+                per_round = sorted(t / m for m, t in zip(mine, theirs))
+                print(f"{new} / {old}, events {'on' if events else 'off'}, {clock}: requests/s "
+                      f"x{of_medians:.2f}, block ops/s x{of_medians * ops:.2f}; per round "
+                      f"x{statistics.median(per_round):.2f} median, "
+                      f"x{per_round[0]:.2f}-{per_round[-1]:.2f}")
 
 
 def profile(workload: list[Arrival]) -> None:
