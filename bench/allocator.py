@@ -95,7 +95,6 @@ def replay(engine: Engine, workload: list[Arrival], num_blocks: int, store_kv: b
     # Bound once: the decode loop below runs per token. Allocator only, the K/V of a token
     # counts as written when it is committed.
     append, written = m.append_token, m.commit if kv is None else write_kv
-    gc.collect()
     t0, c0 = time.perf_counter(), time.process_time()
     for prompt, outputs, child in workload:
         seq = None
@@ -190,6 +189,7 @@ def compare(engines: list[Engine], workload: list[Arrival], rounds: int) -> None
     for _ in range(rounds):  # interleaved: machine load drifts alike for every implementation
         for events in (False, True):
             for engine in engines:  # back to back, so a burst of load hits them alike
+                gc.collect()  # no earlier run's garbage collected inside this one
                 r = replay(engine, workload, 2048, store_kv=False, record_events=events)
                 for clock in ("wall", "cpu"):
                     times.setdefault((engine.label, events, clock), []).append(r[clock])
@@ -225,6 +225,7 @@ def compare(engines: list[Engine], workload: list[Arrival], rounds: int) -> None
 def profile(workload: list[Arrival]) -> None:
     """Where this tree's allocator-only replay (events off) spends its time."""
     profiler = cProfile.Profile()
+    gc.collect()
     profiler.runcall(replay, THIS_TREE, workload, 2048, False, False)
     print("\nprofile, this tree, allocator only, events off (cProfile, by own time):")
     pstats.Stats(profiler).sort_stats("tottime").print_stats(14)
