@@ -44,7 +44,7 @@ from lab.serving.synthetic_kv import SyntheticKV
 ROOT = Path(__file__).resolve().parents[1]
 
 # One arrival: its prompt, its output tokens, and a parallel sample's output tokens (None: the
-# request is not forked). Drawn up front so that the timed replay is allocator work only.
+# request is not forked). Drawn up front, so that no random draw is timed.
 Arrival = tuple[list[int], list[int], list[int] | None]
 BLOCK_OPS = ("allocate", "free", "share", "copy", "evict", "hit")
 
@@ -165,8 +165,9 @@ def load_engine(root: Path, label: str) -> Engine:
             for name in names:
                 try:
                     return importlib.import_module(name)
-                except ModuleNotFoundError:
-                    continue
+                except ModuleNotFoundError as missing:  # not this layout; anything else raises
+                    if not name.startswith(missing.name or "?"):
+                        raise
             raise ModuleNotFoundError(f"none of {names} in {root}")
 
         manager = first("lab.memory.cache_manager", "lab.cache_manager")
