@@ -123,6 +123,21 @@ def show_step(step: int) -> None:
             "the model must run on it; at most (prompt length − 1) // block size leading blocks "
             "can hit. A prompt that is exactly two full blocks reuses only the first.",
             title="Only full blocks, and never the last token")
+        explain(
+            "**Which free block is handed out first?** New blocks come from the head of the **free"
+            " queue**. A finished (or preempted) request releases its blocks last block first: a "
+            "full block holding a hash goes to the **back**, so cached blocks stay findable as "
+            "long as possible and are evicted least recently freed first; its partly filled last "
+            "block has no hash and nothing another request could reuse, so it goes to the "
+            "**front** and is reused before any cached block is evicted. The lab does what vLLM v1"
+            " (0.33) does, checked operation by operation against traces recorded from vLLM's own "
+            "KV cache manager; older vLLM (0.11, for one) put every freed block at the back and "
+            "evicted cached prefixes sooner. To see it, make the pool small (10 blocks) and step: "
+            "after a request finishes, the next admission gets its partial block back, with no "
+            "eviction; only when none is left does an admission take a grey cached block, the "
+            "oldest first (red outline, **Evictions so far** + 1), and a later request with that "
+            "prefix misses it.",
+            title="Which free block goes first")
         show_figure(cache_over_time(all_frames, step), key="prefix_time",
                     file_name="prefix_cache_over_time")
         for question in questions.later:

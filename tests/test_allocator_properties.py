@@ -27,7 +27,7 @@ class AllocatorMachine(RuleBasedStateMachine):
 
     def _state(self):
         b = self.m.blocks
-        return (list(b.ref_counts), b.free_queue(), dict(b.cached),
+        return (list(b.ref_counts), b.free_queue(), {h: list(ids) for h, ids in b.cached.items()},
                 {i: (list(s.tokens), list(s.block_table)) for i, s in self.m.sequences.items()})
 
     @rule(prompt=prompts)

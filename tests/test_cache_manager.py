@@ -189,3 +189,39 @@ def test_write_batch_stores_several_sequences_in_one_call():
     assert same(keys[:, 0], kb[:, :3]) and same(values[:, 1], va.flip(1))
     with pytest.raises(ValueError, match="unwritten"):
         m.write_batch([a.seq_id], ka, va)  # nothing left to write
+
+
+def test_a_freed_partial_block_goes_to_the_front_and_cached_ones_to_the_back():
+    m = make_manager(num_blocks=6, block_size=4)
+    kv = SyntheticKV(m.config, seed=11)
+    sid = prefill(m, kv, [1, 2, 3, 4, 5, 6])  # block 0 full (cached), block 1 partial
+    assert m.blocks.free_queue() == [2, 3, 4, 5]
+    m.free(sid)  # tail first: the partial block 1 to the front, the cached block 0 to the back
+    assert m.blocks.free_queue() == [1, 2, 3, 4, 5, 0]
+    other = prefill(m, kv, [9, 9, 9])  # reuses the partial block: nothing cached is evicted
+    assert m.sequences[other].block_table == [1]
+    assert not [e for e in m.events.events if e.kind == "evict"]
+    again = m.add_sequence([1, 2, 3, 4, 7])
+    assert again.num_cached_tokens == 4 and again.block_table[0] == 0
+    m.check_invariants()
+
+
+def test_a_hash_may_name_two_blocks_and_a_hit_takes_the_earliest():
+    m = make_manager(num_blocks=6, block_size=4)
+    kv = SyntheticKV(m.config, seed=12)
+    prompt = list(range(1, 9))  # two full blocks
+    a = prefill(m, kv, prompt)  # blocks 0 1, both cached
+    b = prefill(m, kv, prompt)  # hit capped at 1 block: block 1's content recomputed into 2
+    assert m.sequences[b].block_table == [0, 2]
+    h1 = m.blocks.block_hash[1].value
+    assert m.blocks.block_hash[2].value == h1 and m.blocks.cached[h1] == [1, 2]  # no de-dup
+    m.free(a)  # block 1 to the back of the free queue, still cached
+    c = prefill(m, kv, prompt + [9])
+    assert m.sequences[c].block_table[:2] == [0, 1]  # the copy cached first
+    m.free(c)
+    d = prefill(m, kv, [7] * 16)  # four blocks: 3 4 5, then 1, whose hash is evicted
+    assert m.sequences[d].block_table == [3, 4, 5, 1] and m.blocks.cached[h1] == [2]
+    m.free(d)
+    e = m.add_sequence(prompt + [9])
+    assert e.num_cached_tokens == 8 and e.block_table[:2] == [0, 2]  # the surviving copy
+    m.check_invariants()

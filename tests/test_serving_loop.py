@@ -19,6 +19,13 @@ differences, both deliberate, both vLLM's behaviour:
   the moment it is sampled; its K/V is written in the next iteration). On the paged pool the
   default workloads never wait for memory, so every step matches.
 
+One difference came later, from the allocator: it now frees blocks in vLLM 0.33's order (a
+block without a hash to the front of the free queue, a cached one to the back; see
+tests/test_conformance.py), where the old loop's allocator put every freed block at the back.
+A partly filled block is now reused before any cached block is evicted, so the prefix-cache
+runs evict less (seeds 0, 1, 2: 0, 4, 0 blocks instead of 3, 5, 3), and on these workloads
+nothing else changes, hits included.
+
 Since the switch the pages show the scheduler's numbers: each request finishes one step sooner
 and holds one token less than before.
 """
@@ -86,8 +93,10 @@ def test_prefix_cache_matches_the_old_loop(seed: int) -> None:
         f = play.advance()
         s = play.server
         assert [len(s.table), len(s.waiting), s.num_finished, f.snapshot.usage.blocks_used,
-                sum(s.preemptions.values()), f.hit_tokens, f.evictions] == old[f.step], f.step
+                sum(s.preemptions.values()), f.hit_tokens] == old[f.step][:6], f.step
+        assert f.evictions <= old[f.step][6], f.step  # vLLM's free order evicts later
     assert play.step == len(old) - 1
+    assert f.evictions == {0: 0, 1: 4, 2: 0}[seed]
 
 
 def test_the_pinned_runs_are_not_trivial() -> None:

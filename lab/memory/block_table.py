@@ -10,7 +10,7 @@ def blocks_for(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
 
 
-@dataclass
+@dataclass(slots=True)  # slots: its fields are read on every token
 class Sequence:
     seq_id: int
     block_size: int

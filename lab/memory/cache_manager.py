@@ -16,8 +16,19 @@ from lab.memory.block_pool import BlockPool, KVCacheError, PoolExhausted
 from lab.memory.block_table import Sequence, blocks_for
 from lab.memory.events import EventLog
 from lab.memory.kv_pool import KVPool, PoolConfig
-from lab.memory.prefix_cache import HashFn, chain, hash_block, longest_hit
+from lab.memory.prefix_cache import HashFn, block_hash, hash_block, longest_hit
 from lab.memory.snapshot import Snapshot, take_snapshot
+
+
+class UnknownSequence(KVCacheError, KeyError):
+    __str__ = Exception.__str__  # the message as it is, not KeyError's repr of it
+
+
+class LiveSequences(dict[int, Sequence]):
+    """Sequence id -> live sequence; a missing id is a typed error, at dict speed otherwise."""
+
+    def __missing__(self, seq_id: int) -> Sequence:
+        raise UnknownSequence(f"no live sequence with id {seq_id}")
 
 
 class KVCacheManager:
@@ -32,7 +43,7 @@ class KVCacheManager:
         self.pool = KVPool(config, device) if store_kv else None
         self.enable_prefix_cache = enable_prefix_cache
         self.hash_fn = hash_fn
-        self.sequences: dict[int, Sequence] = {}
+        self.sequences = LiveSequences()
         self._ids = itertools.count()
         self.prefix_query_tokens = 0  # prompt tokens looked up in the prefix cache
         self.prefix_hit_tokens = 0  # of those, tokens whose K/V was found
@@ -58,7 +69,7 @@ class KVCacheManager:
 
     def add_sequence(self, prompt: list[int]) -> Sequence:
         """Admit a prompt: reuse cached leading blocks, allocate the rest."""
-        if not prompt or not all(isinstance(t, int) and t >= 0 for t in prompt):
+        if not prompt or set(map(type, prompt)) != {int} or min(prompt) < 0:
             raise ValueError("prompt must be a non-empty list of non-negative token ids")
         hits, needed = self._plan(prompt)
         if needed > self.blocks.num_free:
@@ -81,32 +92,43 @@ class KVCacheManager:
     def append_token(self, seq_id: int, token: int) -> int:
         """Add one token; return the slot its K/V goes to. A block is allocated only when the
         last one is full; a shared, partially filled last block is copied first."""
-        self.extend(seq_id, [token])
-        return self.sequences[seq_id].slot(len(self.sequences[seq_id]) - 1)
+        seq = self.sequences[seq_id]
+        tokens, table = seq.tokens, seq.block_table
+        offset = len(tokens) % self.block_size
+        # Room in an unshared last block (every token but one per block) needs no pool call.
+        if offset == 0 or self.blocks.ref_counts[table[-1]] > 1:
+            self._make_room(seq, len(tokens) + 1)
+        tokens.append(token)
+        slot = table[-1] * self.block_size + offset
+        if self.events.keep:
+            self.events.emit("append", seq_id, table[-1], pos=len(tokens) - 1, slot=slot)
+        return slot
 
     def extend(self, seq_id: int, tokens: list[int]) -> None:
         """Add tokens (decode steps, or a chunk of prompt); `Sequence.slots` gives their slots.
         All blocks needed are checked first, so on PoolExhausted nothing has changed."""
-        seq = self.sequences.get(seq_id)
-        if seq is None:
-            seq = self._get(seq_id)  # raises the typed error
-        bs, table = self.block_size, seq.block_table
+        seq = self.sequences[seq_id]
         pos = len(seq.tokens)
-        end = pos + len(tokens)
-        new_blocks = blocks_for(end, bs) - len(table)
-        cow = pos % bs != 0 and self.blocks.ref_counts[table[-1]] > 1
-        if new_blocks > 0 or cow:  # the common case, room in an unshared last block, skips this
-            new_blocks = max(new_blocks, 0)
-            if cow + new_blocks > self.blocks.num_free:
-                raise PoolExhausted(cow + new_blocks, self.blocks.num_free)
-            if cow:
-                self._copy_on_write(seq)
-            table += self.blocks.allocate(new_blocks, seq_id)
+        self._make_room(seq, pos + len(tokens))
         seq.tokens += tokens
         if self.events.keep:
-            for p in range(pos, end):
-                slot = seq.slot(p)
-                self.events.emit("append", seq_id, slot // bs, pos=p, slot=slot)
+            for p, slot in enumerate(seq.slots(pos, len(seq.tokens)), start=pos):
+                self.events.emit("append", seq_id, slot // self.block_size, pos=p, slot=slot)
+
+    def _make_room(self, seq: Sequence, end: int) -> None:
+        """Blocks for positions [.., end), copying a shared partial last block first: both
+        checked before either happens."""
+        bs, table = self.block_size, seq.block_table
+        new_blocks = blocks_for(end, bs) - len(table)
+        cow = len(seq.tokens) % bs != 0 and self.blocks.ref_counts[table[-1]] > 1
+        if new_blocks <= 0 and not cow:  # the common case: room in an unshared last block
+            return
+        new_blocks = max(new_blocks, 0)
+        if cow:
+            if 1 + new_blocks > self.blocks.num_free:
+                raise PoolExhausted(1 + new_blocks, self.blocks.num_free)
+            self._copy_on_write(seq)
+        table += self.blocks.allocate(new_blocks, seq.seq_id)  # raises before any change
 
     def _copy_on_write(self, seq: Sequence) -> None:
         shared = seq.block_table[-1]
@@ -123,7 +145,7 @@ class KVCacheManager:
         keys, values: [num_layers, n, num_kv_heads, head_dim]. Writes continue where the
         sequence's K/V ends. Blocks that become full are registered in the prefix cache.
         """
-        seq = self._get(seq_id)
+        seq = self.sequences[seq_id]
         n = keys.shape[1] if keys.dim() == 4 else -1
         self._check_continues(seq, start, n)
         self._store([(seq, start + n)], keys, values)
@@ -134,7 +156,7 @@ class KVCacheManager:
         keys, values: [num_layers, n, num_kv_heads, head_dim], the sequences' new tokens laid
         end to end in the order of seq_ids.
         """
-        seqs = [self._get(i) for i in seq_ids]
+        seqs = [self.sequences[i] for i in seq_ids]
         n = sum(len(s) - s.num_written for s in seqs)
         if keys.dim() != 4 or keys.shape[1] != n:
             raise ValueError(f"keys must hold the {n} unwritten positions of sequences "
@@ -154,10 +176,11 @@ class KVCacheManager:
     def commit(self, seq_id: int, upto: int) -> None:
         """Mark K/V of positions [.., upto) as present; newly full blocks join the prefix
         cache. write() calls it; allocator-only replays call it directly."""
-        seq = self._get(seq_id)
-        self._check_continues(seq, seq.num_written, upto - seq.num_written)
+        seq = self.sequences[seq_id]
+        if not seq.num_written <= upto <= len(seq.tokens):
+            self._check_continues(seq, seq.num_written, upto - seq.num_written)  # raises
         seq.num_written = upto
-        if self.enable_prefix_cache:
+        if upto // self.block_size > len(seq.block_hashes) and self.enable_prefix_cache:
             self._register_full_blocks(seq)
 
     @staticmethod
@@ -167,20 +190,18 @@ class KVCacheManager:
                              f"sequence {seq.seq_id}: {seq.num_written} written of {len(seq)}")
 
     def _register_full_blocks(self, seq: Sequence) -> None:
-        done = len(seq.block_hashes)
-        full = seq.num_written // self.block_size
-        if full == done:
-            return
-        parent = seq.block_hashes[-1] if seq.block_hashes else None
-        new = chain(seq.tokens[done * self.block_size:full * self.block_size], self.block_size,
-                    full - done, self.hash_fn, parent)
-        for i, h in enumerate(new, start=done):
+        """Cache every written full block past the ones already named (no de-duplication:
+        a block whose content another block holds is cached too, as vLLM does)."""
+        hashes = seq.block_hashes
+        parent = hashes[-1] if hashes else None
+        for i in range(len(hashes), seq.num_written // self.block_size):
+            h = block_hash(seq.tokens, i, self.block_size, parent, self.hash_fn)
             self.blocks.cache(seq.block_table[i], h, seq.seq_id)
-            seq.block_hashes.append(h.value)
+            hashes.append(parent := h.value)
 
     def fork(self, seq_id: int) -> Sequence:
         """A new branch sharing every block of its parent (ref count + 1, nothing copied)."""
-        parent = self._get(seq_id)
+        parent = self.sequences[seq_id]
         if parent.num_written != len(parent):
             raise KVCacheError(f"cannot fork sequence {seq_id}: K/V of "
                                f"{len(parent) - parent.num_written} token(s) not written yet")
@@ -193,34 +214,30 @@ class KVCacheManager:
         return child
 
     def free(self, seq_id: int) -> None:
-        """Release a finished sequence. Tail blocks go first, so they are evicted first."""
-        seq = self._get(seq_id)
-        self.blocks.free(list(reversed(seq.block_table)), seq_id)
+        """Release a finished (or preempted) sequence, tail block first as vLLM does: its
+        partial block goes to the front of the free queue, its cached blocks to the back with
+        the tail nearest the front, so a prefix outlives the blocks that continue it."""
+        seq = self.sequences[seq_id]
+        self.blocks.free(seq.block_table[::-1], seq_id)
         del self.sequences[seq_id]
 
     # -- reading ---------------------------------------------------------------------------
     def block_table_tensor(self, seq_ids: list[int]) -> torch.Tensor:
         """Block tables padded with 0: int32 [num_seqs, max_blocks]."""
-        tables = [self._get(i).block_table for i in seq_ids]
+        tables = [self.sequences[i].block_table for i in seq_ids]
         width = max((len(t) for t in tables), default=0)
         rows = [t + [0] * (width - len(t)) for t in tables]
         device = self.pool.device if self.pool is not None else None
         return torch.tensor(rows, dtype=torch.int32, device=device).reshape(-1, width)
 
     def read_kv(self, seq_id: int, layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        seq = self._get(seq_id)
+        seq = self.sequences[seq_id]
         if self.pool is None:
             raise KVCacheError("this manager stores no K/V (store_kv=False)")
         return self.pool.gather(seq.block_table, seq.num_written, layer)
 
     def snapshot(self) -> Snapshot:
         return take_snapshot(self.blocks, self.sequences.values(), self.block_size)
-
-    def _get(self, seq_id: int) -> Sequence:
-        try:
-            return self.sequences[seq_id]
-        except KeyError:
-            raise KVCacheError(f"no live sequence with id {seq_id}") from None
 
     # -- invariants ------------------------------------------------------------------------
     def check_invariants(self) -> None:
