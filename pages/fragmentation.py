@@ -10,6 +10,9 @@ from lab.scenarios.fragmentation import (
     FragmentationStory,
     MemoryStats,
     block_size_sweep,
+    comparable,
+    finish_steps,
+    finish_verdict,
 )
 from ui.chapters import chapter_strip, next_page
 from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
@@ -58,13 +61,16 @@ cfg = or_stop(lambda: FragConfig(
 story = FragmentationStory(cfg, seed())
 all_frames = frames(story, spinner="Running the workload on both allocators…")
 requests = story.requests()
+total = len(requests)
+finished_at = finish_steps(all_frames, total)
 bytes_per_token = cfg.pool.bytes_per_token
 
 
 def _row(name: str, s: MemoryStats) -> dict:
     def kib(slots: int) -> str:
         return f"{slots * bytes_per_token / 1024:,.0f} KiB ({100 * slots / s.capacity:.0f}%)"
-    return {"allocator": name, "running": s.running, "waiting": s.waiting, "done": s.finished,
+    return {"allocator": name, "running": str(s.running), "waiting": str(s.waiting),
+            "done": str(s.finished),
             "tokens stored": kib(s.used), "internal frag.": kib(s.internal),
             "external frag.": kib(s.external), "free": kib(s.free)}
 
@@ -100,13 +106,23 @@ def show_step(step: int) -> None:
     wasted_c, wasted_p = round(c.wasted_pct), round(p.wasted_pct)
     with parts.before:
         m1, m2, m3, m4 = st.columns(4)
-        m1.metric("Running: contiguous", c.running, help="Requests holding memory at this step.")
-        m2.metric("Running: paged", p.running, delta=f"{p.running - c.running:+d} vs contiguous",
-                  delta_color="normal" if p.running != c.running else "off")
+        m1.metric("Finished: contiguous", f"{c.finished} / {total}",
+                  help=f"Requests done by this step ({c.running} running, {c.waiting} waiting).")
+        m2.metric("Finished: paged", f"{p.finished} / {total}",
+                  delta=f"{p.finished - c.finished:+d} vs contiguous",
+                  delta_color="normal" if p.finished != c.finished else "off",
+                  help=f"Requests done by this step ({p.running} running, {p.waiting} waiting).")
         m3.metric("Wasted: contiguous", f"{wasted_c}%",
                   help="Internal + external fragmentation, as a share of the pool.")
-        m4.metric("Wasted: paged", f"{wasted_p}%", delta=f"{wasted_p - wasted_c:+d} points",
-                  delta_color="inverse" if wasted_p != wasted_c else "off")
+        same = comparable(c, p)
+        m4.metric("Wasted: paged", f"{wasted_p}%",
+                  delta=f"{wasted_p - wasted_c:+d} points" if same else None,
+                  delta_color="inverse" if same and wasted_p != wasted_c else "off",
+                  help="Compared with contiguous only while both hold requests: an empty pool "
+                       "wastes nothing.")
+        verdict = finish_verdict(step, finished_at, total)
+        if verdict:
+            st.caption(f":material/flag: {verdict}")
         live_badge(story, step, last,
                    idle="The paged server runs no request at this step (it has finished them "
                         "all, or none has arrived): no attention to check on its pool.")

@@ -11,9 +11,10 @@ from tests.page_helpers import assert_link_keeps, figures, metrics
 PAGE = "pages/fragmentation.py"
 
 
-def expected(frame) -> dict[str, str]:
+def expected(frame, total: int = 12) -> dict[str, str]:
     c, p = frame.contiguous, frame.paged
-    return {"Running: contiguous": str(c.running), "Running: paged": str(p.running),
+    return {"Finished: contiguous": f"{c.finished} / {total}",
+            "Finished: paged": f"{p.finished} / {total}",
             "Wasted: contiguous": f"{round(100 * (c.internal + c.external) / c.capacity)}%",
             "Wasted: paged": f"{round(100 * (p.internal + p.external) / p.capacity)}%"}
 
@@ -36,6 +37,11 @@ def test_step_back_reset_follow_the_engine(open_page) -> None:
     assert metrics(at) == expected(frames[1])
     at.slider(key="step").set_value(40).run()  # scrub
     assert metrics(at) == expected(frames[40])
+    done = next(f.step for f in frames if f.paged.finished == 12)
+    at.slider(key="step").set_value(done).run()  # paged has drained: no waste comparison
+    assert f"Paged finished all 12 requests at step {done}" in " ".join(
+        c.value for c in at.caption)
+    assert not next(m for m in at.metric if m.label == "Wasted: paged").delta
     at.button(key="step_reset").click().run()
     assert metrics(at) == expected(frames[0])
     assert not at.exception
@@ -48,7 +54,7 @@ def test_link_restores_the_same_state(open_page) -> None:
     frames = FragmentationStory(cfg, 3).frames()
     first = open_page(**query)
     assert not first.exception
-    assert metrics(first) == expected(frames[15])
+    assert metrics(first) == expected(frames[15], total=10)
     assert first.slider(key="step").value == 15
     assert_link_keeps(first, query)
 

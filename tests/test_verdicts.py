@@ -6,6 +6,14 @@ from dataclasses import replace
 
 import pytest
 
+from lab.scenarios.fragmentation import (
+    FragConfig,
+    FragmentationStory,
+    MemoryStats,
+    comparable,
+    finish_steps,
+    finish_verdict,
+)
 from lab.serving.chain import CARRIES, LESS_WASTE, MORE_LIVE, ChainRow, chain_verdict
 
 CONTIGUOUS = ChainRow("contiguous", waste_share=0.40, live_seqs=10.0, batch_seqs=10.0,
@@ -75,3 +83,45 @@ def test_no_target_and_only_one_allocator_meeting_it() -> None:
     assert only_paged.kind == "held" and only_paged.text.startswith("Only paged met")
     only_contiguous = chain_verdict(CONTIGUOUS, paged(**missed))
     assert (only_contiguous.kind, only_contiguous.link) == ("weak", 4)
+
+
+# -- fragmentation: when each allocator finished, and like with like ---------------------------
+
+def stats(running: int, finished: int = 0) -> MemoryStats:
+    return MemoryStats(capacity=768, used=10 * running, internal=5 * running, free=700,
+                       external=0, running=running, waiting=0, finished=finished)
+
+
+@pytest.mark.parametrize("step, expected", [
+    (75, ""),  # nobody done yet: nothing to say
+    (76, "Paged finished all 12 requests at step 76; contiguous is still serving (it finishes "
+         "at step 143)."),
+    (143, "Paged finished all 12 requests at step 76, contiguous at step 143: paged needed 53% "
+          "of the steps."),
+])
+def test_finish_verdict_on_both_sides_of_each_finish(step: int, expected: str) -> None:
+    verdict = finish_verdict(step, {"contiguous": 143, "paged": 76}, 12)
+    assert verdict.startswith(expected) if expected else verdict == ""
+
+
+def test_finish_verdict_when_contiguous_is_first_or_never_finishes() -> None:
+    assert finish_verdict(50, {"contiguous": 50, "paged": 60}, 4).startswith(
+        "Contiguous finished all 4 requests at step 50; paged is still serving")
+    assert "it has not finished" in finish_verdict(50, {"contiguous": None, "paged": 40}, 4)
+    assert finish_verdict(9, {"contiguous": 9, "paged": 9}, 4) == \
+        "Both finished all 4 requests at step 9."
+
+
+@pytest.mark.parametrize("c_running, p_running, same", [(3, 2, True), (3, 0, False),
+                                                        (0, 2, False), (0, 0, False)])
+def test_waste_is_compared_only_while_both_hold_requests(c_running, p_running, same) -> None:
+    assert comparable(stats(c_running), stats(p_running)) is same
+
+
+def test_finish_steps_reads_the_frames() -> None:
+    story = FragmentationStory(FragConfig(), 0)
+    frames = story.frames()
+    at = finish_steps(frames, len(story.requests()))
+    assert at["paged"] is not None and at["contiguous"] is not None
+    assert frames[at["paged"]].paged.finished == len(story.requests())
+    assert frames[at["paged"] - 1].paged.finished < len(story.requests())

@@ -197,6 +197,39 @@ class FragmentationStory(Story[FragFrame]):
         return lines
 
 
+def finish_steps(frames: list[FragFrame], total: int) -> dict[str, int | None]:
+    """The step at which each system finished its last request (None: not in these frames)."""
+    return {name: next((f.step for f in frames if getattr(f, name).finished == total), None)
+            for name in SYSTEMS}
+
+
+def finish_verdict(step: int, finished_at: dict[str, int | None], total: int) -> str:
+    """When each system finished its workload, said as of `step`: a system that is done has
+    nothing left to compare, so the page says so instead of comparing it with a busy one."""
+    done = {name: at for name, at in finished_at.items() if at is not None and at <= step}
+    if not done:
+        return ""
+    if len(done) == 2:
+        first, second = sorted(SYSTEMS, key=lambda name: (done[name], name))
+        if done[first] == done[second]:
+            return f"Both finished all {total} requests at step {done[first]}."
+        return (f"{first.capitalize()} finished all {total} requests at step {done[first]}, "
+                f"{second} at step {done[second]}: {first} needed "
+                f"{done[first] / done[second]:.0%} of the steps.")
+    (name, at), = done.items()
+    other = next(n for n in SYSTEMS if n != name)
+    later = finished_at[other]
+    rest = f"it finishes at step {later}" if later is not None else "it has not finished"
+    return (f"{name.capitalize()} finished all {total} requests at step {at}; {other} is still "
+            f"serving ({rest}). From here on only {other}'s memory is in use.")
+
+
+def comparable(c: MemoryStats, p: MemoryStats) -> bool:
+    """Like with like: both systems hold requests at this step (an empty pool wastes nothing,
+    so comparing it with a busy one says nothing about fragmentation)."""
+    return c.running > 0 and p.running > 0
+
+
 def _requests(ids: tuple[int, ...]) -> str:
     return ", ".join(f"**R{i}**" for i in ids)
 
