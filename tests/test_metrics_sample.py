@@ -271,3 +271,21 @@ def test_the_page_sample_is_busy_and_reads_back() -> None:
     log = parse_startup_log(sample.log)
     assert (log.gpu_blocks, log.implied_block_size()) == (256, 16)
 
+
+def test_the_page_loads_the_sample(open_app_page) -> None:
+    at = open_app_page("pages/serving_metrics.py")
+    assert not at.exception
+    at.button(key="vllm_sample").click().run()
+    assert not at.exception and not at.error
+    stats = engine_sample().stats
+    values = {m.label: m.value for m in at.metric}
+    assert values["Running / waiting"] == f"{stats.running} / {stats.waiting}"
+    assert values["Preemptions"] == f"{stats.preemptions:,}"
+    assert values["KV-cache usage"] == f"{stats.kv_cache_usage:.0%}"
+    notes = [str(e.value) for e in at.info]
+    assert len(notes) == 2 and all("Sample from the lab's own simulation" in n for n in notes)
+    table = at.table[-1].value
+    agrees = dict(zip(table["quantity"], table["agrees"], strict=True))
+    assert agrees["num_gpu_blocks"] == agrees["GPU KV cache size (tokens)"] == "✓"
+    at.text_area(key="vllm_metrics_text").input("x 1\n").run()  # edited: no longer the sample
+    assert len(at.info) == 1 and not at.exception
