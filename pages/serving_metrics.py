@@ -26,6 +26,7 @@ from lab.vllm.metrics_text import (
 from lab.vllm.startup_log import LogError, parse_startup_log
 from ui.chapters import chapter_strip
 from ui.layout import explain, show_figure
+from ui.metrics_sample import sample_button, sample_note
 from ui.sidebar import sidebar
 
 sidebar()
@@ -54,6 +55,8 @@ def _ms(x: float) -> str:
 
 
 st.subheader("Its /metrics")
+sample_button()
+sample_note("vllm_metrics_text")
 paste, url_col = st.columns([3, 2])
 text = paste.text_area("Paste the text of http://<server>/metrics", key="vllm_metrics_text",
                        height=180, placeholder="# HELP vllm:num_requests_running ...")
@@ -115,6 +118,7 @@ log_text = st.text_area("Paste the engine's startup output (the memory and KV-ca
                         "enough)", key="vllm_log_text", height=140,
                         placeholder="... Model loading took 14.99 GiB ... Available KV cache "
                                     "memory: 54.62 GiB ... GPU KV cache size: 447,488 tokens ...")
+sample_note("vllm_log_text")
 if log_text.strip():
     try:
         log = parse_startup_log(log_text)

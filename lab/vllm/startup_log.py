@@ -18,7 +18,8 @@ _INT = r"(\d[\d,]{0,24})"  # bounded: a pasted log may hold anything
 _NUM = r"(\d[\d,]{0,24}(?:\.\d{1,12})?)"
 # field -> patterns (the last match of any wins: a restarted engine logs again).
 _PATTERNS: dict[str, tuple[str, ...]] = {
-    "gpu_blocks": (r"#\s*GPU blocks:\s*" + _INT, r"num_gpu_blocks=" + _INT),
+    "gpu_blocks": (r"#\s*GPU blocks:\s*" + _INT, r"num_gpu_blocks=" + _INT,
+                   r"num_gpu_blocks is:\s*" + _INT),  # v1: "... after num_gpu_blocks is: N"
     "cpu_blocks": (r"#\s*CPU blocks:\s*" + _INT,),
     "kv_cache_tokens": (r"GPU KV cache size:\s*" + _INT + r"\s*tokens",),
     "concurrency_tokens": (r"Maximum concurrency for\s*" + _INT + r"\s*tokens per request",),
