@@ -124,6 +124,10 @@ def bucket_figure(histograms: Mapping[str, object], unit_scale: float = 1e3) -> 
             below = cumulative
         fig.add_bar(x=labels, y=counts, marker_color=PALETTE[0], showlegend=False, row=1,
                     col=col)
-    fig.update_xaxes(title_text="bucket (ms)", type="category")
+    # Bucket bounds are long labels: tilted, with room below them; the unit goes in the title,
+    # since one axis title per panel collides with its neighbour's on a phone.
+    fig.update_xaxes(type="category", tickangle=-45, automargin=True)
     fig.update_yaxes(title_text="observations", col=1)
-    return _layout(fig, "The engine's latency histograms", 340)
+    fig = _layout(fig, "The engine's latency histograms<br><sup>bucket upper bounds, ms</sup>", 360)
+    fig.update_layout(margin=dict(b=80))
+    return fig

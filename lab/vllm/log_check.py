@@ -133,9 +133,11 @@ def _why_available(gap: float, log: StartupLog, card: VllmSheet,
     rest = gap - known
     if abs(rest) >= 0.01:
         measured = card.other_memory / GIB - rest
-        parts.append(f"{rest:+.2f} the log does not account for: if the card reports the "
-                     f"preset's total, vLLM's profile kept {measured:.2f} GiB beside the weights, "
-                     f"not your {card.other_memory / GIB:.2f} GiB estimate")
+        why = (f"if the card reports the preset's total, vLLM's profile kept {measured:.2f} GiB "
+               f"beside the weights, not your {card.other_memory / GIB:.2f} GiB estimate")
+        if not parts:  # the log names no cause at all
+            return f"{gap:+.2f} GiB in the log, which says nothing of why: {why}."
+        parts.append(f"{rest:+.2f} the log does not account for: {why}")
     return f"{gap:+.2f} GiB in the log: " + "; ".join(parts) + "."
 
 
