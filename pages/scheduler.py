@@ -5,11 +5,12 @@ import streamlit as st
 from kernels.backend import backend
 from lab.figures.blocks import pool_grid
 from lab.figures.scheduler import region_map
-from lab.scenarios.admission_control import AdmissionControlStory
+from lab.scenarios.admission_control import AdmissionControlStory, next_preemption
 from lab.scenarios.story import MAX_STEPS
 from lab.serving.config import SchedulerConfig
 from ui.chapters import chapter_strip, next_page
 from ui.layout import explain, page_parts, settings, show_figure, step_parts
+from ui.predict import Question, gate, held_back
 from ui.scenario import frames, live_badge
 from ui.scheduler_views import (
     chain_section,
@@ -31,6 +32,12 @@ SECTIONS = {"Step through": "step", "Replay & metrics": "replay", "Batch chain":
 section = SECTIONS[choice_param("View", "sched_view", list(SECTIONS), default="Step through",
                                 widget="segmented")]
 small = section == "step"
+
+
+def _two_classes(requests) -> bool:
+    return requests is not None and len({r.priority for r in requests}) > 1
+
+
 settings_area, stage = page_parts()
 with settings_area:
     explain(
@@ -48,12 +55,12 @@ with settings_area:
             requests = workload_widgets("step", preset="alpaca", n=16, max_n=60, max_tokens=128,
                                         seed=seed())
             engine = engine_widgets("step", blocks=48, block_size=8, seats=8, budget=64,
-                                    max_blocks=128)
+                                    max_blocks=128, priorities=_two_classes(requests))
         else:
             requests = workload_widgets("big", preset="sharegpt", n=1000, max_n=20_000,
                                         max_tokens=2048, seed=seed())
             engine = engine_widgets("big", blocks=2048, block_size=16, seats=128, budget=2048,
-                                    max_blocks=200_000)
+                                    max_blocks=200_000, priorities=_two_classes(requests))
         left, right = st.columns([2, 1])
         with left:
             cost = cost_widgets("sched")
@@ -112,18 +119,47 @@ if len(all_frames) == MAX_STEPS:
     st.caption(f"Showing the first {MAX_STEPS} iterations.")
 
 
+VICTIM_RULE = {
+    "newest": "the scheduler preempts from the back of its serving order: the request admitted "
+              "last gives its blocks back first",
+    "priority": "the scheduler preempts the least important request (the largest priority "
+                "value), the one admitted last among equals",
+}
+
+
+def victim_question(step: int) -> list[tuple[Question, int]]:
+    """The next preemption at or after this step, as a question asked the step before."""
+    coming = next_preemption(all_frames, step)
+    if coming is None:
+        return []
+    question = Question(
+        "sched_victim", f"Iteration {all_frames[coming.step].record.index} runs out of free "
+        "blocks. Which running request will be preempted?",
+        answer=f"R{coming.victim}", choices=[f"R{i}" for i in coming.candidates],
+        explanation=f"{VICTIM_RULE[cfg.victim_policy].capitalize()}. The scheduler's own line: "
+                    f"“{coming.decision}”", context=(story, coming.step))
+    return [(question, coming.step)]
+
+
 def show_step(step: int) -> None:
     frame = all_frames[step]
     rec = frame.record
     parts = step_parts()
+    questions = gate(victim_question(step), step)
     with parts.caption:
+        for question in questions.due:
+            question.ask()
         st.markdown("**What the scheduler decided in this iteration**")
-        st.code("\n".join(story.caption(frame)) or "(every running request got its next "
-                "token; nothing else changed)", language=None, wrap_lines=True)
+        with held_back(not questions.hold, "the scheduler's decisions", key="sched_decisions"):
+            st.code("\n".join(story.caption(frame)) or "(every running request got its next "
+                    "token; nothing else changed)", language=None, wrap_lines=True)
     with parts.before:
         m = st.columns(6)
         m[0].metric("Iteration", rec.index, help=f"Simulated time {frame.clock_s * 1e3:,.1f} "
-                    f"ms; this iteration took {rec.seconds * 1e3:.2f} ms ({rec.bound}-bound).")
+                    f"ms; this iteration took {rec.seconds * 1e3:.2f} ms ({rec.bound}-bound: "
+                    "the cost model's roofline takes the longer of moving the bytes, weights "
+                    "and K/V, at the GPU's bandwidth and doing the arithmetic at its peak "
+                    "rate; memory-bound means the bytes took longer).")
         m[1].metric("Batch", f"{rec.num_seqs} seqs",
                     help=f"{rec.prefill_tokens} prefill + {rec.decode_tokens} decode tokens, of "
                          f"a budget of {cfg.max_num_batched_tokens}.")
@@ -132,7 +168,10 @@ def show_step(step: int) -> None:
                     help="KV-cache utilization: blocks in use (paged) or slots reserved "
                          f"(contiguous), as a share of the pool; {rec.waste_slots} of those "
                          "slots hold no token.")
-        m[4].metric("Preemptions", frame.preemptions)
+        m[4].metric("Preemptions", frame.preemptions,
+                    help=f"So far. Admission keeps {cfg.watermark_blocks} of "
+                         f"{cfg.num_blocks} blocks free (the watermark, "
+                         f"{cfg.watermark:.1%}) so running requests rarely need one.")
         m[5].metric("Finished", f"{frame.finished} / {len(requests)}")
         if compute:
             live_badge(story, step, len(all_frames) - 1)
@@ -143,7 +182,7 @@ def show_step(step: int) -> None:
             with col.container(border=True):
                 st.markdown(f"**{title}** ({len(items)})")
                 st.caption(" · ".join(items) if items else "empty")
-    with parts.main:
+    with parts.main, held_back(not questions.hold, "the pool", key="sched_pool"):
         if cfg.allocator == "paged":
             admitted = {f"R{i}" for i in rec.admitted_ids}
             new = [b.block_id for b in frame.picture.blocks

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from lab.scenarios.admission_control import AdmissionControlStory
+from lab.scenarios.admission_control import AdmissionControlStory, next_preemption
 from lab.serving.workloads import from_preset
 from tests.page_helpers import figures
 from tests.scheduler_helpers import config, llama_h100
@@ -132,3 +132,31 @@ def test_sweeps_run_on_request() -> None:
     at.button(key="sched_sweep_pool").click().run()
     assert not at.exception
     assert list(figures(at)) == ["sched_bs_fig", "sched_pool_fig"]  # the two sweeps
+
+
+def test_the_victim_is_asked_the_iteration_before_it_is_preempted() -> None:
+    query = {"step_blocks": "16", "step_block_size": "16", "step_requests": "10"}
+    cfg = config(num_blocks=16, block_size=16, max_num_seqs=8, max_num_batched_tokens=64)
+    frames = AdmissionControlStory(cfg, from_preset("alpaca", 10, seed=0, max_tokens=128),
+                                   llama_h100(), 0).frames()
+    coming = next_preemption(frames, 0)
+    at = run_page("scheduler.py", {**query, "sched_step": str(coming.step - 1)})
+    assert at.radio(key="sched_victim_guess").options == [f"R{i}" for i in coming.candidates]
+    assert "decisions held back" not in text(at)  # nothing of the answer is on screen yet
+    at.slider(key="sched_step").set_value(coming.step).run()
+    assert "The scheduler's decisions held back" in text(at)  # the answer step, unanswered
+    at.radio(key="sched_victim_guess").set_value(f"R{coming.victim}")
+    at.button(key="sched_victim_check").click().run()
+    assert at.success[0].value.startswith(f"Right: **R{coming.victim}**")
+    assert "held back" not in text(at)
+    assert f"request {coming.victim} preempted" in at.code[0].value
+
+
+def test_priorities_offer_priority_preemption_and_the_watermark_is_a_setting() -> None:
+    at = run_page("scheduler.py")
+    assert at.get("button_group")[-1].proto.options[-1].content != "priority"  # one class
+    at = run_page("scheduler.py", {"step_urgent": "25", "step_victim": "priority",
+                                   "step_watermark": "10"})
+    assert not at.exception and not at.error
+    assert "Admission keeps 4 of 48 blocks free" in next(
+        m for m in at.metric if m.label == "Preemptions").help

@@ -200,11 +200,12 @@ def test_gate_asks_a_question_just_before_the_step_that_answers_it(monkeypatch) 
     early, late, done = (predict.Question(k, k, 1, "") for k in ("early", "late", "done"))
     steps = [(early, 2), (late, 6), (done, 1)]
     before = predict.gate(steps, 0)
-    assert before.due == () and not before.hold
-    assert predict.gate(steps, 1).due == (early,) and not predict.gate(steps, 1).hold
+    assert before.due == (done,) and not before.hold  # answered, its reveal is next
+    assert predict.gate(steps, 1).due == (early, done) and not predict.gate(steps, 1).hold
     at_reveal = predict.gate(steps, 2)
     assert at_reveal.due == (early,) and at_reveal.hold and late in at_reveal.later
     assert predict.gate(steps, 5).due == (early, late)
+    assert done in predict.gate(steps, 2).later  # answered and past: further down
 
 
 def _figure_app() -> None:

@@ -111,9 +111,10 @@ class Question:
 
 @dataclass(frozen=True)
 class Gate:
-    """A step's questions: those due (unanswered, and answered by this step or the next, so
-    asked right under the step controls), the others (asked further down), and whether what
-    this step shows must be held back."""
+    """A step's questions: those due (asked right under the step controls: unanswered ones
+    whose answer this step or the next shows, and answered ones around that step, so the
+    verdict stays where the question was), the others (further down), and whether what this
+    step shows must be held back."""
 
     due: tuple[Question, ...]
     later: tuple[Question, ...]
@@ -122,7 +123,8 @@ class Gate:
 
 def gate(questions: Sequence[tuple[Question, int]], step: int) -> Gate:
     """`questions`: each with the first step that shows its answer."""
-    due = tuple(q for q, reveal in questions if not q.answered and step + 1 >= reveal)
+    due = tuple(q for q, reveal in questions
+                if (reveal - 1 <= step <= reveal if q.answered else step + 1 >= reveal))
     later = tuple(q for q, _ in questions if q not in due)
     hold = any(not q.answered and step >= reveal for q, reveal in questions)
     return Gate(due, later, hold)

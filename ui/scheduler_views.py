@@ -24,6 +24,7 @@ from lab.serving.workloads import (
     WorkloadError,
     from_preset,
     parse_csv,
+    with_priorities,
     workload_stats,
 )
 from lab.sizing.capacity import load_gpus
@@ -68,34 +69,65 @@ def workload_widgets(prefix: str, *, preset: str, n: int, max_n: int, max_tokens
     ceiling = int_param("max_tokens: output ceiling (contiguous reserves it)",
                         f"{prefix}_max_tokens", default=max_tokens,
                         min_value=8, max_value=4096, widget="number", container=middle)
+    urgent = int_param("Interactive requests (%): priority 0, the rest 1", f"{prefix}_urgent",
+                       default=0, min_value=0, max_value=100, widget="number", container=right,
+                       help="A seeded share of the requests is interactive (priority 0, more "
+                            "important); the rest is batch work (priority 1). With two classes, "
+                            "the scheduler can preempt by priority instead of by arrival.")
     right.caption(PRESETS[chosen].note + ". Outputs are clipped at max_tokens.")
-    return from_preset(chosen, count, seed=seed, rate=rate or None, max_tokens=ceiling)
+    requests = from_preset(chosen, count, seed=seed, rate=rate or None, max_tokens=ceiling)
+    return with_priorities(requests, urgent / 100, seed=seed) if urgent else requests
 
 
 def engine_widgets(prefix: str, *, blocks: int, block_size: int, seats: int, budget: int,
-                   max_blocks: int) -> dict[str, Any]:
-    """Scheduler settings shared by every section (SchedulerConfig keyword arguments)."""
+                   max_blocks: int, priorities: bool = False) -> dict[str, Any]:
+    """Scheduler settings shared by every section (SchedulerConfig keyword arguments).
+    `priorities`: the workload has more than one priority, so preempting by priority means
+    something (otherwise the choice is not offered)."""
     left, middle, right = st.columns(3)
     size = choice_param("Block size (tokens)", f"{prefix}_block_size",
-                        [1, 2, 4, 8, 16, 32, 64, 128, 256], default=block_size, container=left)
+                        [1, 2, 4, 8, 16, 32, 64, 128, 256], default=block_size, container=left,
+                        help="Tokens per KV block: the unit the pool hands out.")
     count = int_param("Pool size (blocks)", f"{prefix}_blocks", default=blocks, min_value=4,
                       max_value=max_blocks, widget="number", container=left,
                       help="The contiguous baseline gets the same number of slots.")
+    watermark = float_param(
+        "Watermark (% of blocks kept free)", f"{prefix}_watermark", default=1.0, min_value=0.0,
+        max_value=50.0, step=0.5, container=left,
+        help="Admission leaves this share of the pool free, so requests already running find "
+             "blocks for their next tokens before anyone must be preempted. Higher: fewer "
+             "preemptions, fewer requests admitted. vLLM v0's block manager kept 1%.")
+    victims = ["newest", "priority"] if priorities else ["newest"]
     return dict(
         pool=replace(COMPUTE_POOL, num_blocks=count, block_size=size),
-        max_num_seqs=int_param("max_num_seqs", f"{prefix}_seats", default=seats, min_value=1,
-                               max_value=512, widget="number", container=middle),
-        max_num_batched_tokens=int_param("Token budget (max_num_batched_tokens)",
-                                         f"{prefix}_budget", default=budget, min_value=1,
-                                         max_value=32768, widget="number", container=middle),
-        preemption_mode=choice_param("Preemption", f"{prefix}_preempt", ["recompute", "swap"],
-                                     default="recompute", widget="segmented", container=right),
-        victim_policy=choice_param("Victim", f"{prefix}_victim", ["newest", "priority"],
-                                   default="newest", widget="segmented", container=right,
-                                   help="Whom to preempt: the newest request, or the one with "
-                                        "the lowest priority (the largest priority value)."),
-        enable_chunked_prefill=bool_param("Chunked prefill", f"{prefix}_chunk", default=True,
-                                          container=right),
+        watermark=watermark / 100,
+        max_num_seqs=int_param(
+            "max_num_seqs", f"{prefix}_seats", default=seats, min_value=1, max_value=512,
+            widget="number", container=middle,
+            help="At most this many requests run in one iteration (vLLM's max_num_seqs); the "
+                 "rest wait even when memory is free."),
+        max_num_batched_tokens=int_param(
+            "Token budget (max_num_batched_tokens)", f"{prefix}_budget", default=budget,
+            min_value=1, max_value=32768, widget="number", container=middle,
+            help="Tokens computed in one iteration at most: one per decoding request, plus "
+                 "prompt tokens of requests being prefilled."),
+        preemption_mode=choice_param(
+            "Preemption", f"{prefix}_preempt", ["recompute", "swap"], default="recompute",
+            widget="segmented", container=right,
+            help="When a running request needs a block and none is free, a victim gives its "
+                 "blocks back: recompute frees them and computes its tokens again later; swap "
+                 "copies them to CPU memory and back."),
+        victim_policy=choice_param(
+            "Victim", f"{prefix}_victim", victims, default="newest", widget="segmented",
+            container=right,
+            help="Whom to preempt: the request admitted last, or (with two priority classes in "
+                 "the workload) the least important one, newest first among equals. Set "
+                 "'Interactive requests' above 0 to offer 'priority'."),
+        enable_chunked_prefill=bool_param(
+            "Chunked prefill", f"{prefix}_chunk", default=True, container=right,
+            help="On: a long prompt is computed over several iterations, a budget-sized chunk "
+                 "at a time, beside the decodes. Off: a prompt must fit the token budget whole, "
+                 "and waits until it does."),
     )
 
 

@@ -32,6 +32,7 @@ class IterationFrame:
     names: dict[int, str]  # paged: sequence id -> "R<request>"
     waiting: tuple[str, ...]
     running: tuple[str, ...]
+    running_ids: tuple[int, ...]  # the running requests, in the scheduler's serving order
     swapped: tuple[str, ...]
     finished: int
     rejected: tuple[str, ...]
@@ -78,7 +79,8 @@ class SchedulerPlay:
         return IterationFrame(
             record, s.clock, s.picture(), {r.seq_id: f"R{r.req_id}" for r in running},
             tuple(f"R{r.req_id}" for r in s.waiting), tuple(_progress_text(r) for r in running),
-            tuple(f"R{r.req_id}" for r in s.swapped), s.num_finished,
+            tuple(r.req_id for r in running), tuple(f"R{r.req_id}" for r in s.swapped),
+            s.num_finished,
             tuple(f"R{r.req_id}: {r.reject_reason}" for r in s.requests.values()
                   if r.reject_reason), sum(s.preemptions.values()))
 
@@ -106,3 +108,27 @@ class AdmissionControlStory(Story[IterationFrame]):
 
     def caption(self, frame: IterationFrame) -> list[str]:
         return list(frame.record.decisions)
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """The first preemption at or after a step: what a learner can predict the step before."""
+
+    step: int  # the frame whose iteration preempts
+    victim: int  # the first request it preempted
+    candidates: tuple[int, ...]  # the requests running before that iteration
+    decision: str  # the scheduler's own line about it
+
+
+def next_preemption(frames: list[IterationFrame], step: int) -> Preemption | None:
+    """The first iteration at or after `step` (and after the first) that preempts a request
+    running before it."""
+    for k in range(max(step, 1), len(frames)):
+        record = frames[k].record
+        before = frames[k - 1].running_ids
+        victims = [i for i in record.preempted_ids if i in before]
+        if victims:
+            line = next((d for d in record.decisions if f"request {victims[0]} preempted" in d),
+                        "")
+            return Preemption(k, victims[0], before, line)
+    return None

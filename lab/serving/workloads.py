@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -132,6 +132,17 @@ def from_preset(name: str, num_requests: int, *, seed: int = 0, rate: float | No
     p = PRESETS[name]
     return generate(num_requests, p.prompt, p.output, seed=seed, rate=rate,
                     max_tokens=max_tokens or p.max_tokens)
+
+
+def with_priorities(requests: tuple[RequestSpec, ...], urgent_share: float, *,
+                    seed: int = 0) -> tuple[RequestSpec, ...]:
+    """Two classes of requests: a seeded `urgent_share` of them interactive (priority 0), the
+    rest batch work (priority 1); vLLM's convention, lower is more important."""
+    if not 0 <= urgent_share <= 1:
+        raise WorkloadError(f"the urgent share must be in [0, 1], got {urgent_share}")
+    rng = np.random.default_rng([seed, 7])  # its own stream: the lengths stay the same
+    urgent = rng.random(len(requests)) < urgent_share
+    return tuple(replace(r, priority=0 if u else 1) for r, u in zip(requests, urgent))
 
 
 def parse_csv(data: str | bytes, *, max_tokens: int | None = None) -> tuple[RequestSpec, ...]:
