@@ -33,6 +33,7 @@ from lab.sizing.vllm_sheet import (
 from lab.sizing.weights import WEIGHT_DTYPES, WEIGHT_FORMATS
 from ui.chapters import chapter_strip
 from ui.layout import bullets, explain, settings, show_figure
+from ui.predict import Question, held_back
 from ui.sidebar import sidebar
 from ui.state import choice_param, float_param, int_param
 
@@ -196,8 +197,24 @@ if spec.is_mla:
              r"\qquad\text{(MLA: one latent, no separate K and V)}")
 else:
     st.latex(r"\text{bytes per token} = 2 \times L \times H_{kv} \times d_{head} \times b")
-st.latex(per_token_latex(layout))
-st.latex(batch_latex(layout, context, batch))
+per_gpu = f" per GPU of {tp} (tensor parallel)" if tp > 1 else ""
+shape = (f"{spec.num_layers} layers, one latent of {layout.vector_len} values per token"
+         if spec.is_mla else f"{spec.num_layers} layers, {layout.heads_per_gpu} KV heads"
+         f"{per_gpu}, head dim {spec.head_dim}")
+BYTES = Question(
+    "calc_bytes", f"{spec.name}: {shape}, KV dtype {KV_DTYPES[dtype_key].label}. How many bytes "
+    "of KV cache does one token take, over all layers?",
+    answer=layout.bytes_per_token,
+    explanation=f"{layout.vectors_per_head} ({'one latent' if spec.is_mla else 'K and V'}) × "
+                f"{spec.num_layers} layers × {layout.heads_per_gpu} "
+                f"{'latent' if spec.is_mla else 'KV head(s)'} × {layout.vector_bytes:,} B per "
+                f"vector ({layout.vector_len} values, {KV_DTYPES[dtype_key].label}) = "
+                f"{layout.bytes_per_token:,} B.",
+    context=(spec, dtype_key, tp))
+BYTES.ask()
+with held_back(BYTES.answered, "the sizes", key="calc_sizes"):
+    st.latex(per_token_latex(layout))
+    st.latex(batch_latex(layout, context, batch))
 if tp > 1:
     if spec.is_mla:
         st.info(f"Tensor parallel {tp}: MLA's latent is replicated, so every GPU holds all of it.")

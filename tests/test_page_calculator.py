@@ -223,3 +223,15 @@ def test_bad_link_values_are_named_and_ignored() -> None:
     for text in ("layers=abc", "context=-5", "model=GPT-9", "util=7"):
         assert text in warnings
     assert at.number_input(key="layers").value == 32
+
+
+def test_bytes_per_token_is_asked_before_the_sizes_are_readable() -> None:
+    at = run_page()
+    assert "The sizes held back" in messages(at, "caption")
+    at.number_input(key="calc_bytes_guess").set_value(131_072)  # a form: sent with Check
+    at.button(key="calc_bytes_check").click().run()
+    assert at.success[0].value.startswith("Right: **131,072**")
+    assert "2 (K and V) × 32 layers × 8 KV head(s) × 256 B per vector" in at.success[0].value
+    assert "held back" not in messages(at, "caption")
+    changed = run_page({"kv_dtype": "fp8"})  # another config asks again
+    assert "The sizes held back" in messages(changed, "caption")

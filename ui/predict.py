@@ -88,12 +88,12 @@ class Question:
             return
         guess, answer = stored[1], self.value()
         if guess == SHOWN:
-            st.info(f"The engine says **{answer}**. {self.explanation}")
+            st.info(f"The engine says **{_shown(answer)}**. {self.explanation}")
         elif _same(guess, answer):
-            st.success(f"Right: **{answer}**. {self.explanation}")
+            st.success(f"Right: **{_shown(answer)}**. {self.explanation}")
         else:
-            st.error(f"Not quite: you said {guess}, the engine says **{answer}**. "
-                     f"{self.explanation}")
+            st.error(f"Not quite: you said {_shown(guess)}, the engine says "
+                     f"**{_shown(answer)}**. {self.explanation}")
         st.caption(score_line())
 
     def _checked(self) -> None:
@@ -159,6 +159,10 @@ def score_line() -> str:
     every = [right for page in pages.values() for right in page.values()]
     return (f"Your score: {sum(here.values())} of {len(here)} on this page, "
             f"{sum(every)} of {len(every)} in the lab.")
+
+
+def _shown(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int | float) else str(value)
 
 
 def _same(guess: object, answer: Answer) -> bool:
