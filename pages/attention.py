@@ -7,7 +7,7 @@ from lab.scenarios.attention import MAX_PLACEMENTS, AttentionConfig, AttentionSt
 from lab.scenarios.block_tables import request_name
 from ui.chapters import chapter_strip, next_page
 from ui.kernel_badge import kernel_badge
-from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
+from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
 from ui.predict import Question, held_back
 from ui.scenario import export_trace, frames, or_stop
 from ui.sidebar import sidebar
@@ -91,7 +91,7 @@ def show_step(step: int) -> None:
     frame = all_frames[step]
     parts = step_parts()
     with parts.caption:
-        bullets(story.caption(frame))
+        step_caption(step, story.caption(frame))
     with parts.before:
         st.markdown(f"**Block table of {request}** ({frame.num_tokens} tokens): logical "
                     + ", ".join(f"L{i} → **{p}**" for i, p in enumerate(frame.block_table))

@@ -6,7 +6,7 @@ from lab.figures.blocks import block_table_figure, legend_markdown, pool_grid, t
 from lab.memory.block_table import blocks_for
 from lab.scenarios.block_tables import BlockTablesStory
 from ui.chapters import chapter_strip, next_page
-from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
+from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
 from ui.predict import Question, gate, held_back
 from ui.scenario import export_trace, frames, live_badge
 from ui.sidebar import sidebar
@@ -77,7 +77,7 @@ def show_step(step: int) -> None:
         for question in questions.due:  # asked right here, before the step that answers it
             question.ask()
         with held_back(not hidden, "what this step did", key="bt_caption"):
-            bullets(story.caption(frame))
+            step_caption(step, story.caption(frame), held=hidden)
     usage = frame.snapshot.usage
     live = len(frame.snapshot.sequences)
     with parts.before, held_back(not hidden, "the counters", key="bt_counters"):

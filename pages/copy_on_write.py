@@ -7,7 +7,7 @@ from lab.figures.cow import memory_figure
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.copy_on_write import BranchConfig, CopyOnWriteStory, branch_name
 from ui.chapters import chapter_strip, next_page
-from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
+from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
 from ui.predict import Question, gate, held_back
 from ui.scenario import export_trace, frames, live_badge, or_stop
 from ui.sidebar import sidebar
@@ -77,8 +77,9 @@ def show_step(step: int) -> None:
         for question in questions.due:
             question.ask()
         with held_back(not questions.hold, "what this step did", key="cow_caption"):
-            bullets(story.caption(frame) or ["Nothing is allocated, copied or freed at this "
-                                             "step: every branch writes into its own block."])
+            step_caption(step, story.caption(frame) or [
+                "Nothing is allocated, copied or freed at this step: every branch writes into "
+                "its own block."], held=questions.hold)
     shared = sum(b.ref_count > 1 for b in frame.snapshot.blocks)
     with parts.before, held_back(not questions.hold, "the counters", key="cow_counters"):
         m1, m2, m3, m4 = st.columns(4)

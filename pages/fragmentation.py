@@ -15,7 +15,7 @@ from lab.scenarios.fragmentation import (
     finish_verdict,
 )
 from ui.chapters import chapter_strip, next_page
-from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
+from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
 from ui.predict import Question, held_back
 from ui.scenario import export_trace, frames, live_badge, or_stop
 from ui.sidebar import sidebar
@@ -100,8 +100,8 @@ def show_step(step: int) -> None:
     last = len(all_frames) - 1
     parts = step_parts()
     with parts.caption:
-        bullets(story.caption(frame) or ["Every running request decodes one token; nobody is "
-                                         "admitted or finishes."])
+        step_caption(step, story.caption(frame) or ["Every running request decodes one token; "
+                                                    "nobody is admitted or finishes."])
     c, p = frame.contiguous, frame.paged
     wasted_c, wasted_p = round(c.wasted_pct), round(p.wasted_pct)
     with parts.before:

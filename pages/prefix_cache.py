@@ -7,7 +7,7 @@ from lab.figures.prefix import cache_over_time, hash_chain
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.prefix_cache import APP_NAMES, PrefixCacheStory, PrefixConfig
 from ui.chapters import chapter_strip, next_page
-from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
+from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
 from ui.predict import Question, gate, held_back
 from ui.scenario import export_trace, frames, live_badge, or_stop
 from ui.sidebar import sidebar
@@ -79,8 +79,9 @@ def show_step(step: int) -> None:
         for question in questions.due:
             question.ask()
     with parts.caption, held_back(not questions.hold, "what this step did", key="px_caption"):
-        bullets(story.caption(frame) or ["Every running request decodes one token; nothing is "
-                                         "admitted, evicted or finished."])
+        step_caption(step, story.caption(frame) or [
+            "Every running request decodes one token; nothing is admitted, evicted or "
+            "finished."], held=questions.hold)
     usage = frame.snapshot.usage
     with parts.before, held_back(not questions.hold, "the counters", key="px_counters"):
         m1, m2, m3, m4 = st.columns(4)

@@ -22,7 +22,7 @@ from ui.scheduler_views import (
 )
 from ui.sidebar import sidebar
 from ui.state import bool_param, choice_param, seed
-from ui.step_controls import step_controls
+from ui.step_controls import announce, step_controls
 
 sidebar()
 chapter_strip()
@@ -150,9 +150,12 @@ def show_step(step: int) -> None:
         for question in questions.due:
             question.ask()
         st.markdown("**What the scheduler decided in this iteration**")
+        decisions = story.caption(frame) or ["(every running request got its next token; "
+                                             "nothing else changed)"]
         with held_back(not questions.hold, "the scheduler's decisions", key="sched_decisions"):
-            st.code("\n".join(story.caption(frame)) or "(every running request got its next "
-                    "token; nothing else changed)", language=None, wrap_lines=True)
+            st.code("\n".join(decisions), language=None, wrap_lines=True)
+        announce(step, "; ".join(decisions) if not questions.hold else
+                 "the decisions are held back until you answer the question on the page.")
     with parts.before:
         m = st.columns(6)
         m[0].metric("Iteration", rec.index, help=f"Simulated time {frame.clock_s * 1e3:,.1f} "

@@ -154,6 +154,9 @@ def _predict_app() -> None:
     import streamlit as st
 
     from ui.predict import Question, held_back
+    from ui.state import begin_run
+
+    begin_run()  # what every page's sidebar() does first
 
     def costly_answer() -> int:  # counts its calls: it must run only once asked
         st.session_state["answer_calls"] = st.session_state.get("answer_calls", 0) + 1

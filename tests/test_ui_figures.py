@@ -128,3 +128,24 @@ def test_memory_map_rows_cover_the_whole_pool(page_figures) -> None:
         spans = sorted((b, b + w) for y, b, w in zip(bars.y, bars.base, bars.x) if y == row)
         assert spans[0][0] == 0 and spans[-1][1] == cfg.capacity
         assert all(end == start for (_, end), (start, _) in zip(spans, spans[1:]))
+
+
+def test_step_figures_say_in_words_what_this_step_shows(frame, page_figures) -> None:
+    from lab.figures.alt_text import alt_text
+
+    names, snap = frame.seq_names, frame.snapshot
+    pool = alt_text(pool_grid(snap, names, highlight=[snap.sequences[0].block_table[0]]))
+    for seq in snap.sequences:  # who holds which blocks, as the engine says
+        blocks = ", ".join(map(str, seq.block_table))
+        assert f"{names[seq.seq_id]} holds blocks {blocks} ({seq.num_tokens} tokens)" in pool
+    assert f"{snap.usage.blocks_free} free" in pool and "Outlined at this step" in pool
+    table = alt_text(block_table_figure(snap, names))
+    first = snap.sequences[0]
+    assert f"L0 to block {first.block_table[0]}" in table
+    assert f"{first.num_tokens} tokens" in alt_text(token_strip(snap, names))
+    assert "dotted line marks step 3" in alt_text(page_figures["timeline"])
+    assert "Memory map at step 3" in alt_text(page_figures["memory_maps"])
+    assert ": miss" in alt_text(page_figures["hash_chain"])
+    # Any other figure is described from its title, axes and series.
+    sweep = alt_text(page_figures["sweep"])
+    assert sweep and sweep != "A chart."

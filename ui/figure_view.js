@@ -71,6 +71,10 @@ export default function (component) {
   view.style.minHeight = `${layout.height ?? 450}px`;
   view.labNext = { traces: view.labTraces, layout, config: data.config };
   view.dataset.figureKey = data.key;
+  // The figure in words (what it shows at this step): its name for a screen reader, which
+  // reads nothing useful out of plotly's SVG.
+  view.setAttribute("role", "img");
+  view.setAttribute("aria-label", data.alt || "A chart");
   if (data.main) view.dataset.main = "1";
   view.dataset.pending = "1"; // until drawn: what tests and the UI benchmark wait for
   loadPlotly()

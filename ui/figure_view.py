@@ -55,16 +55,19 @@ def plotly_js_served() -> bool:
 
 
 def draw_figure(fig: go.Figure, key: str, config: dict, main: bool = False,
-                reveal: bool = False) -> None:
+                reveal: bool = False, alt: str = "") -> None:
     """Draw `fig` under `key`; a later run with a new figure under the same key redraws it in
     place. `config` is plotly's (toolbar, PNG download options); `main` marks the page's main
     figure (`data-main` on its element, which the classroom tests measure); `reveal` scrolls it
-    into view once drawn (a step moved, so this is what changed)."""
+    into view once drawn (a step moved, so this is what changed); `alt` is the figure in words,
+    its accessible name."""
     if not plotly_js_served():
         st.plotly_chart(fig, key=key, config=config, theme=None)
+        if alt:
+            st.caption(alt)  # plotly's own chart takes no accessible name: say it in text
         return
     spec = fig.to_plotly_json()
     _figure_view(key=key, data={"traces": to_json_plotly(spec["data"]),
                                 "layout": to_json_plotly(spec["layout"]),
                                 "config": config, "key": key, "main": main,
-                                "reveal": reveal})
+                                "reveal": reveal, "alt": alt})

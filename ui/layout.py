@@ -6,7 +6,8 @@
   figure, what follows it); in classroom mode the main figure comes first, right under the
   step controls, so both fit a projector's screen.
 * `explain(md)`: explanatory text; shown normally, one click away in classroom mode.
-* `bullets(lines)`: a step's list of what happened, as one element.
+* `bullets(lines)`: a list of what happened, as one element; `step_caption(step, lines)`
+  also announces a step's list to a screen reader.
 * `settings()`: a container for a page's parameter widgets, with "Back to the guide's
   example"; folded in classroom mode; hidden (still working) when a teacher link hides it.
 * `show_figure(fig, key)`: draws a plotly figure (through `ui.figure_view`, which redraws a
@@ -21,9 +22,10 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
+from lab.figures.alt_text import alt_text
 from ui.figure_view import draw_figure
 from ui.state import is_classroom, is_hidden, is_locked, reset_page
-from ui.step_controls import STEP_MOVED
+from ui.step_controls import STEP_MOVED, announce
 
 CLASSROOM_FONT_SCALE = 1.45
 CLASSROOM_HEIGHT_SCALE = 1.35
@@ -67,6 +69,14 @@ def explain(md: str, *, title: str = "Explanation") -> None:
         st.markdown(md)
 
 
+def step_caption(step: int, lines: list[str], *, held: bool = False) -> None:
+    """What this step did: a bulleted list, also announced to a screen reader (unless it is
+    held back until a question is answered)."""
+    bullets(lines)
+    announce(step, "; ".join(lines) if not held else
+             "what it did is held back until you answer the question on the page.")
+
+
 def bullets(lines: list[str]) -> None:
     """A bulleted list in one markdown element. A step's list grows and shrinks; as one element
     it keeps the page's later elements where they were, so the browser updates them in place
@@ -103,7 +113,7 @@ def show_figure(fig: go.Figure, key: str, *, file_name: str | None = None,
               "modeBarButtonsToRemove": ["select2d", "lasso2d"],  # the figures select nothing
               "toImageButtonOptions": {"format": "png", "filename": file_name or key, "scale": 2}}
     reveal = main and bool(st.session_state.get(STEP_MOVED))
-    draw_figure(fig, key, config, main, reveal)
+    draw_figure(fig, key, config, main, reveal, alt_text(fig))
 
 
 def _scaled(fig: go.Figure, font_scale: float, height_scale: float,

@@ -7,7 +7,8 @@
     q.ask()
 
 A question is answered by Check (the guess, right or wrong) or "Just show me". Until then what
-would give the answer away sits under `held_back`: blurred, with a note, not readable. The
+would give the answer away sits under `held_back`: its place kept and hatched, its content
+hidden (from screen readers too), with a note. The
 answer comes from the engine, so it is the truth for the current settings; `context` names what
 it depends on (the story), so any setting that changes it asks the question again. Check is a
 form's submit button: one click (or Enter in the box) sends what was typed. A score per page
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
-from ui.state import current_page, is_classroom, is_hidden
+from ui.state import current_page, first_time_this_run, is_classroom, is_hidden
 
 Answer = int | str
 _ANSWERS = "_ui_answers"  # session: {key: (signature, guess or SHOWN)}
@@ -141,13 +142,14 @@ def predict(key: str, question: str, *, answer: Answer | Callable[[], Answer],
 
 @contextmanager
 def held_back(answered: bool, what: str, *, key: str) -> Iterator[None]:
-    """Draw what would give an answer away blurred (not readable, not hoverable) until the
-    question is answered."""
+    """Draw what would give an answer away hidden in its place (hatched; not readable, not
+    hoverable, not read out) until the question is answered."""
     if answered:
         yield
         return
-    st.caption(f":material/visibility_off: {what.capitalize()} held back: predict first "
-               "(the question is on this page), or choose “Just show me”.")
+    if first_time_this_run("held back"):  # the hatching says it again below, without words
+        st.caption(f":material/visibility_off: {what.capitalize()} held back (hatched): "
+                   "predict first (the question is on this page), or choose “Just show me”.")
     with st.container(key=f"lab_held_{key}"):
         yield
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlencode
 
@@ -54,6 +54,7 @@ class RunState:
     refused: list[str]
     link_slot: Any = None  # the sidebar element showing the copy link
     warn_slot: Any = None  # the page element listing refused link values
+    said: set[str] = field(default_factory=set)  # notes already on the page in this run
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -71,6 +72,14 @@ def begin_run(warn_slot: Any = None) -> None:
     if fresh or st.session_state.get(_WRITTEN_PAGE) != page:
         st.session_state[_WRITTEN] = dict(query)
         st.session_state[_WRITTEN_PAGE] = page
+
+
+def first_time_this_run(note: str) -> bool:
+    """True the first time a note is asked for in this run: a note said once per page."""
+    said = _run().said
+    first = note not in said
+    said.add(note)
+    return first
 
 
 def set_link_slot(slot: Any) -> None:

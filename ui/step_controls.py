@@ -14,7 +14,8 @@ interval; each tick flags one advance and reruns the whole page, which applies i
 widget is drawn. Pausing (or reaching the last step) stops drawing the fragment, which stops
 the timer.
 
-Keyboard: Right = Step, Left = Back, Home = Reset, P = Play/Pause.
+Keyboard: Right = Step, Left = Back, Home = Reset, P = Play/Pause. `announce(step, text)`
+says what the step did in a polite live region under the controls, for a screen reader.
 
 `prefetch_next(compute, step, last_step)` computes the next step in a background thread while
 the learner looks at this one (`ui.scenario.live_badge` does it for the kernel check), so the
@@ -23,6 +24,8 @@ next Step only has to draw.
 
 from __future__ import annotations
 
+import html
+import re
 import threading
 from collections.abc import Callable
 
@@ -31,6 +34,7 @@ import streamlit as st
 from ui.state import bind_param, current_page, parse_int, register
 
 STEP_MOVED = "_ui_step_moved"  # session: this run shows another step than the last one
+LIVE_REGION = "_ui_live_region"  # session: this run's placeholder for `announce`
 SPEEDS = {"0.5×": 2.0, "1×": 1.0, "2×": 0.5, "4×": 0.25}  # label -> seconds per step
 DEFAULT_SPEED = "2×"
 
@@ -74,9 +78,23 @@ def step_controls(last_step: int, *, key: str = "step") -> int:
         playing = bool(st.session_state.get(playing_key, False))
         with buttons:
             _buttons(key, step, last_step, playing)
+        # Where `announce` says what the step did: made here, at the same place on every run,
+        # so the browser updates one live region (a new one would not be read out).
+        st.session_state[LIVE_REGION] = st.empty()
     if playing:
         _ticker(key, SPEEDS[st.session_state.get(f"{key}_speed", DEFAULT_SPEED)])
     return step
+
+
+def announce(step: int, text: str) -> None:
+    """Say what this step did to a screen reader, politely (after what it is reading), in the
+    live region under the step controls; invisible on screen."""
+    region = st.session_state.get(LIVE_REGION)
+    if region is None:
+        return
+    words = re.sub(r"[*_`]", "", text)
+    region.markdown(f'<div class="lab-sr-only" role="status" aria-live="polite">Step {step}: '
+                    f"{html.escape(words)}</div>", unsafe_allow_html=True)
 
 
 def _buttons(key: str, step: int, last_step: int, playing: bool) -> None:

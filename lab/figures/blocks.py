@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from lab.figures.alt_text import pool_alt, with_alt
 from lab.figures.style import (
     CACHED_COLOR,
     EDGE_COLOR,
@@ -97,7 +98,11 @@ def token_strip(snapshot: Snapshot, names: Mapping[int, str] | None = None,
                   xaxis=dict(title=dict(text="token position (logical order)"),
                              range=[-0.5, width - 0.5], showgrid=False, zeroline=False),
                   yaxis=_row_axis(rows), margin=_row_margin(rows))
-    return base_figure(traces, layout, title, 110 + 48 * max(1, len(rows)))
+    words = [f"{row}: {seq.num_tokens} tokens in logical blocks L0 to "
+             f"L{len(seq.block_table) - 1}, {len(seq.block_table) * bs - seq.num_tokens} empty "
+             "slots in the last" for row, seq in zip(rows, snapshot.sequences)]
+    return with_alt(base_figure(traces, layout, title, 110 + 48 * max(1, len(rows))),
+                    f"{title}. " + ("; ".join(words) or "No sequence yet") + ".")
 
 
 def _row_margin(rows: list[str]) -> dict:
@@ -132,7 +137,11 @@ def block_table_figure(snapshot: Snapshot, names: Mapping[int, str] | None = Non
     layout = dict(xaxis=dict(title=dict(text="logical block index"), range=[-0.5, width - 0.5],
                              dtick=1 if labelled else None, showgrid=False, zeroline=False),
                   yaxis=_row_axis(rows), margin=_row_margin(rows))
-    return base_figure(traces, layout, title, 110 + 48 * max(1, len(rows)))
+    words = [f"{row}: " + ", ".join(f"L{i} to block {p}" for i, p in enumerate(seq.block_table))
+             for row, seq in zip(rows, snapshot.sequences)]
+    return with_alt(base_figure(traces, layout, title, 110 + 48 * max(1, len(rows))),
+                    f"{title}, logical block to physical block. "
+                    + ("; ".join(words) or "No sequence yet") + ".")
 
 
 def pool_grid(snapshot: Snapshot, names: Mapping[int, str] | None = None, *,
@@ -192,7 +201,8 @@ def pool_grid(snapshot: Snapshot, names: Mapping[int, str] | None = None, *,
     ]
     layout = dict(barmode="overlay", xaxis=dict(range=[0, cols], visible=False, fixedrange=True),
                   yaxis=dict(range=[0, rows], visible=False, fixedrange=True))
-    return base_figure(traces, layout, title, 90 + 64 * rows)
+    return with_alt(base_figure(traces, layout, title, 90 + 64 * rows),
+                    pool_alt(snapshot, names, list(highlight)))
 
 
 def _tile_text(block, names: Mapping[int, str] | None,

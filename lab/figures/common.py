@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from lab.figures.alt_text import with_alt
 from lab.figures.style import FONT_SIZE, base_figure
 
 STEP_LINE = dict(color="#333333", dash="dot", width=1.5)  # the step the page shows
@@ -39,4 +40,8 @@ def over_time_figure(traces: list[dict], layout: dict, step: int, *, step_axes: 
         shapes.append(dict(type="line", x0=step, x1=step, xref=axis, y0=0, y1=1,
                            yref=f"{axis.replace('x', 'y')} domain", line=STEP_LINE))
     layout |= dict(shapes=shapes, margin=margin, legend=legend, showlegend=True)
-    return base_figure(traces, layout, "", height)
+    panels = " and ".join(a["text"] for a in layout.get("annotations", []) if a.get("text"))
+    series = ", ".join(t["name"] for t in traces if t.get("name"))
+    return with_alt(base_figure(traces, layout, "", height),
+                    f"{panels or 'A run'} over the steps ({series}); a dotted line marks "
+                    f"step {step}.")

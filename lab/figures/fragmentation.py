@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from lab.figures.alt_text import with_alt
 from lab.figures.common import over_time_figure, two_panels
 from lab.figures.style import (
     EDGE_COLOR,
@@ -105,8 +106,17 @@ def memory_maps(frame: FragFrame, capacity: int, block_size: int) -> go.Figure:
                    range=[0, capacity], showgrid=False, zeroline=False),
         yaxis=dict(tickvals=[1, 0], ticktext=ROW_NAMES, range=[-0.6, 1.6],
                    showgrid=False, zeroline=False, fixedrange=True))
-    return base_figure(traces, layout,
-                       f"Memory map at step {frame.step}: the same {capacity} token slots", 250)
+    title = f"Memory map at step {frame.step}: the same {capacity} token slots"
+    regions = "; ".join(f"R{r.req_id} reserves slots {r.start} to {r.start + r.reserved - 1} "
+                        f"and stores {r.used} tokens" for r in frame.regions)
+    holes = [size for _, size in frame.holes if size < external_threshold]
+    c, p = frame.contiguous, frame.paged
+    return with_alt(base_figure(traces, layout, title, 250), (
+        f"{title}. Contiguous: {regions or 'nothing reserved'}; "
+        f"{len(holes)} holes too small for the next reservation ({sum(holes)} slots); "
+        f"{c.internal} slots reserved but empty. Paged: {p.used} slots hold tokens in "
+        f"{frame.snapshot.usage.blocks_used} blocks, {p.internal} empty tail slots, "
+        f"{p.free} slots free."))
 
 
 def timeline(frames: list[FragFrame], step: int) -> go.Figure:

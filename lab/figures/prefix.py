@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from lab.figures.alt_text import with_alt
 from lab.figures.common import over_time_figure, two_panels
 from lab.figures.style import base_figure
 from lab.scenarios.prefix_cache import Admission, PrefixFrame
@@ -40,7 +41,11 @@ def hash_chain(admission: Admission) -> go.Figure:
         shapes=shapes, annotations=notes, margin=dict(l=10, r=10, t=50, b=10),
         xaxis=dict(range=[-0.05, max(width, 4.95) + 0.05], visible=False, fixedrange=True),
         yaxis=dict(range=[-0.05, 1.05], visible=False, fixedrange=True))
-    return base_figure([], layout, f"R{admission.req_id}'s prompt as a hash chain", 230)
+    title = f"R{admission.req_id}'s prompt as a hash chain"
+    links = "; ".join(f"L{link.index} (tokens {link.positions[0]} to {link.positions[1] - 1}) "
+                      f"in block {link.block_id}: {STATUS_STYLE[link.status][1]}"
+                      for link in admission.chain)
+    return with_alt(base_figure([], layout, title, 230), f"{title}. {links}.")
 
 
 def cache_over_time(frames: list[PrefixFrame], step: int) -> go.Figure:
