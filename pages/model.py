@@ -98,11 +98,11 @@ def names_for(frame: GenerationFrame, short: bool = False) -> dict[int, str]:
     return {seq_id: label.format(i + 1) for i, seq_id in enumerate(sorted(frame.tokens))}
 
 
-def draw_texts(frame: GenerationFrame, prompt_len: int) -> None:
+def draw_texts(frame: GenerationFrame, prompt_len: int, stopped: bool = False) -> None:
     colors, names = sequence_colors(frame.snapshot), names_for(frame)
     for seq_id, tokens in sorted(frame.tokens.items()):
         pieces = [loaded.tokenizer.token_text(t) for t in tokens]
-        state = "done" if seq_id in frame.finished else "writing…"
+        state = "done" if seq_id in frame.finished else "stopped" if stopped else "writing…"
         st.markdown(f"**{names[seq_id]}** ({len(tokens)} tokens, {state}): "
                     + block_marked_html(pieces, prompt_len, block_size, colors[seq_id]),
                     unsafe_allow_html=True)
@@ -115,9 +115,11 @@ def pool_figure(frame: GenerationFrame, copies: dict[int, int]):
 
 
 def run_request(user_question: str, slot) -> bool:
-    """Stream a request into `slot`; on success store it and rerun, else show why: False."""
+    """Stream a request into `slot`; on success store it and rerun, else show why: False.
+    Stop (any widget, in fact) interrupts the stream: Streamlit raises its rerun exception at
+    the next element drawn, and the `finally` keeps what was written and frees the blocks."""
     prompt = loaded.tokenizer.chat_tokens(user_question, system or None)
-    frames, copies = [], {}
+    frames, copies, ended = [], {}, False
     try:
         for frame in session.run(prompt, params):
             frames.append(frame)
@@ -132,11 +134,18 @@ def run_request(user_question: str, slot) -> bool:
                 st.plotly_chart(pool_figure(frame, copies), key=f"model_live_{frame.index}",
                                 theme=None)
                 st.caption(POOL_KEY)
+        ended = True
     except PoolExhausted as error:
+        ended = True
         slot.error(f"This request may need more blocks than the pool has free: {error}. "
                    "Enlarge the pool, or ask for fewer samples or tokens.",
                    icon=":material/view_module:")
         return False
+    finally:
+        if not ended and frames:  # interrupted mid-stream: keep the partial answer
+            # (on the session, not in st.session_state, whose writes raise Streamlit's stop
+            # again while it is stopping this run; the next run picks it up)
+            session.finish(user_question, frames, params, stopped=True)
     with slot.container():
         st.caption("Checking against the dense cache…")
     st.session_state["model_result"] = session.finish(user_question, frames, params)
@@ -148,12 +157,19 @@ with output:
     go_col, follow_col = st.columns([1, 2], vertical_alignment="bottom")
     generate = go_col.button("Generate", key="model_generate", type="primary",
                              icon=":material/play_arrow:")
+    streaming = generate or st.session_state.get("model_second", False)
+    go_col.button("Stop", key="model_stop", icon=":material/stop:", disabled=not streaming,
+                  help="Ends the generation now: what was written stays on the page, the "
+                       "request's blocks go back to the pool (full ones stay cached).")
     follow = text_param("Second request, same system prompt", "model_follow_up",
                         default=FOLLOW_UP, max_chars=300, container=follow_col)
     second = follow_col.button("Send second request", key="model_second",
                                icon=":material/replay:")
     live = st.empty()
     failed = (generate or second) and not run_request(question if generate else follow, live)
+    session.wait_idle()  # a stopped run winds up in its own thread while this one starts
+    if session.stopped is not None:  # the last run was stopped mid-stream
+        st.session_state["model_result"], session.stopped = session.stopped, None
     result: RequestResult | None = st.session_state.get("model_result")
     if result is None:
         if not failed:
@@ -161,10 +177,21 @@ with output:
                       "and tokens stream while the pool fills.", icon=":material/play_arrow:")
     else:
         frame = result.final
+        if result.stopped:
+            written = max(len(t) for t in frame.tokens.values())
+            st.warning(f"Stopped after {written} of at most {max_new} new tokens: the "
+                       "partial answer is kept, and the request's blocks are back in the pool "
+                       "(its full blocks stay cached for the next request). A stopped answer "
+                       "is not compared with the dense cache.", icon=":material/stop_circle:")
         st.markdown(f"**Question:** {result.question}")
-        draw_texts(frame, len(result.prompt))
-        show_figure(pool_figure(frame, result.copies), key="model_pool_grid",
-                    file_name="model_pool")
+        draw_texts(frame, len(result.prompt), result.stopped)
+        if result.released is not None:  # stopped: the pool as the request left it
+            show_figure(pool_grid(result.released, {}, columns=8,
+                                  title="Physical KV pool after Stop (grey: free, cached)"),
+                        key="model_pool_grid", file_name="model_pool")
+        else:
+            show_figure(pool_figure(frame, result.copies), key="model_pool_grid",
+                        file_name="model_pool")
         st.caption(POOL_KEY)
 
 if result is not None:
@@ -175,7 +202,8 @@ if result is not None:
                    "recomputed. Only full blocks are reused, and never the last prompt token.")
     c3.metric("Tokens / s", f"{result.tokens_per_s:.1f}",
               help="All samples together, prefill and kernel checks included.")
-    c4.metric("Same as dense cache", "yes" if result.same_as_dense else "NO",
+    c4.metric("Same as dense cache",
+              {True: "yes", False: "NO", None: "not checked"}[result.same_as_dense],
               help="The same request on a contiguous per-sequence cache with plain attention "
                    "and no prefix cache gives exactly these tokens.")
     if result.num_cached_tokens:

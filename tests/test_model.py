@@ -203,3 +203,27 @@ def test_pool_must_fit_the_model(smol):
     wrong = KVCacheManager(PoolConfig(num_blocks=4, num_layers=2), DEVICE)
     with pytest.raises(ValueError, match="pool_config_for"):
         PagedKVCache(wrong, smol.model.config)
+
+
+def test_a_stopped_request_keeps_its_tokens_and_frees_its_blocks(smol):
+    from lab.model.session import ModelSession
+
+    session = ModelSession(smol, num_blocks=32, block_size=16)
+    prompt = smol.tokenizer.chat_tokens("Tell me a fact about owls.")
+    params = SamplingParams(max_new_tokens=20, n=2, temperature=0.9, seed=3)
+    frames = []
+    for frame in session.run(prompt, params):  # stopped after three steps
+        frames.append(frame)
+        if len(frames) == 3:
+            break
+    assert session.manager.sequences  # the samples still hold their blocks
+    result = session.finish("owls", frames, params, stopped=True)
+    assert result.stopped and result.same_as_dense is None
+    assert result.final.tokens == frames[-1].tokens  # the partial answer, as written
+    assert all(len(t) == 3 for t in result.final.tokens.values())
+    assert not session.manager.sequences  # every block back in the pool
+    assert result.released.usage.blocks_used == 0
+    assert result.released.usage.blocks_cached_free == len(prompt) // 16  # full ones stay
+    session.manager.check_invariants()
+    again = list(session.run(prompt, SamplingParams(max_new_tokens=2)))  # the pool serves on
+    assert again and session.request.num_cached_tokens == (len(prompt) - 1) // 16 * 16

@@ -9,6 +9,7 @@ token.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -52,7 +53,10 @@ class RequestResult:
     first_copy_step: int | None
     reports: tuple[ForwardReport, ...]  # one per forward step, prefill first
     tokens_per_s: float  # every sample's tokens, prefill included
-    same_as_dense: bool  # the same tokens as the dense contiguous cache without prefix cache
+    same_as_dense: bool | None  # the same tokens as the dense contiguous cache without prefix
+    # cache (None: not checked, the request was stopped)
+    stopped: bool = False  # ended by the learner before every sample finished
+    released: Snapshot | None = None  # a stopped request: the pool once its blocks went back
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,9 @@ class ModelSession:
         self.manager = KVCacheManager(config, device or loaded.model.device)
         self.cache = PagedKVCache(self.manager, loaded.model.config)
         self.request: RequestInfo | None = None
+        self.stopped: RequestResult | None = None  # the last request, if it was stopped
+        self._idle = threading.Event()  # no request streaming or being wound up
+        self._idle.set()
         self._first_report = 0  # index in cache.reports where the current request starts
 
     @property
@@ -102,6 +109,7 @@ class ModelSession:
         needed = self.blocks_needed(prompt, params)
         if needed > self.manager.blocks.num_free:
             raise PoolExhausted(needed, self.manager.blocks.num_free)
+        self._idle.clear()  # until finish()
         model = self.loaded.model
         self._first_report = len(self.cache.reports)
         tokens: dict[int, list[int]] = {}
@@ -123,20 +131,38 @@ class ModelSession:
                                   self.cache.reports[-1] if self.cache.reports else None,
                                   time.perf_counter() - start)
 
-    def finish(self, question: str, frames: list[GenerationFrame],
-               params: SamplingParams) -> RequestResult:
-        """Summarise a streamed request and check it against the dense cache."""
+    def finish(self, question: str, frames: list[GenerationFrame], params: SamplingParams,
+               *, stopped: bool = False) -> RequestResult:
+        """Summarise a streamed request and check it against the dense cache. A stopped
+        request keeps what it wrote, frees its sequences at once (their full blocks stay
+        cached) and is not checked; `released` is the pool after the release. It is also kept
+        as `stopped` (a page stopped mid-run picks it up on the next run)."""
         assert self.request is not None and frames, "finish() follows a run()"
         final = frames[-1]
+        released = None
+        if stopped:
+            request = self.request
+            self.release()
+            self.request = request
+            released = self.manager.snapshot()
         events = [e for f in frames for e in f.events if e.kind == "copy"]
         first_copy = next((f.index for f in frames if any(e.kind == "copy" for e in f.events)),
                           None)
         paged = [final.tokens[s] for s in sorted(final.tokens)]
         generated = sum(len(t) for t in paged)
-        return RequestResult(question, self.request.prompt, self.request.num_cached_tokens,
-                             final, {e.detail["dst"]: e.detail["src"] for e in events},
-                             first_copy, tuple(self.reports), generated / final.elapsed_s,
-                             self.dense_tokens(list(self.request.prompt), params) == paged)
+        same = None if stopped else self.dense_tokens(list(self.request.prompt), params) == paged
+        result = RequestResult(question, self.request.prompt, self.request.num_cached_tokens,
+                               final, {e.detail["dst"]: e.detail["src"] for e in events},
+                               first_copy, tuple(self.reports), generated / final.elapsed_s,
+                               same, stopped, released)
+        self.stopped = result if stopped else None
+        self._idle.set()
+        return result
+
+    def wait_idle(self, timeout_s: float = 30.0) -> bool:
+        """Wait for a request being wound up elsewhere (a page run that was stopped ends in
+        its own thread while the next run starts): False if it did not end in time."""
+        return self._idle.wait(timeout_s)
 
     def dense_tokens(self, prompt: list[int], params: SamplingParams) -> list[list[int]]:
         """The same request on a dense contiguous cache (no paging, no prefix cache)."""
