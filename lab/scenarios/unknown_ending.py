@@ -549,10 +549,11 @@ class UnknownEndingStory(Story[EndingFrame]):
                          f"output {r.reserved - spec.prompt_len}).")
         lines += _finish_lines("Contiguous", c.finished, specs)
         if c.moves or c.growths or c.admitted or c.finished or c.preempted:
-            moved = (f"{len(c.moves)} move(s) at this step" if c.moves
-                     else "nothing moved at this step")
-            lines.append(f"Contiguous: {moved}; {frame.contiguous.copied_bytes:,} bytes copied "
-                         f"so far, in {frame.contiguous.moves} move(s).")
+            total = frame.contiguous
+            so_far = (f"{total.moves} move{'s' * (total.moves != 1)}, "
+                      f"{total.copied_bytes:,} bytes copied")
+            lines.append(f"Contiguous so far: {so_far}." if c.moves else
+                         f"Contiguous: nothing moved at this step (so far: {so_far}).")
         lines += _wait_line("Contiguous", c)
         lines += _preempt_lines("Paged", p.preempted)
         bs = self.config.pool.block_size
@@ -564,7 +565,7 @@ class UnknownEndingStory(Story[EndingFrame]):
                          f"its {held} tokens.")
         if p.new_blocks:
             took = ", ".join(f"{_r(r)} block {b}" for r, b in p.new_blocks)
-            lines.append(f"Paged: a new block for {took} (the last was full); nothing is "
+            lines.append(f"Paged: the last block was full, so a new one: {took}; nothing is "
                          "copied.")
         lines += _finish_lines("Paged", p.finished, specs)
         lines += _wait_line("Paged", p)
