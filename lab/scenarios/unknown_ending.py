@@ -106,7 +106,7 @@ class StepLog:
 
     admitted: tuple[int, ...] = ()
     finished: tuple[tuple[int, int], ...] = ()  # (request, the slots it frees)
-    preempted: tuple[tuple[int, int], ...] = ()  # (victim, the request that needed room)
+    preempted: tuple[tuple[int, int, str], ...] = ()  # (victim, who needed room, what it lacked)
     growths: tuple[Growth, ...] = ()  # contiguous: grew in place
     moves: tuple[Move, ...] = ()  # contiguous: moved, its K/V copied
     new_blocks: tuple[tuple[int, int], ...] = ()  # paged: (request, the block its token took)
@@ -212,6 +212,10 @@ class _Server(ABC):
     def why_waiting(self, req_id: int) -> str: ...
 
     @abstractmethod
+    def lacking(self, req_id: int) -> str:
+        """What a running request found no room for (its next token cannot be stored)."""
+
+    @abstractmethod
     def slots_of(self, req_id: int) -> int:
         """Slots the request's memory spans (reserved, or its blocks')."""
 
@@ -234,7 +238,7 @@ class _Server(ABC):
             while not (made := self.room(req_id)):
                 victim = next(reversed(self.running))
                 self._preempt(victim)
-                preempted.append((victim, req_id))
+                preempted.append((victim, req_id, self.lacking(req_id)))
                 if victim == req_id:
                     break
             if req_id not in self.running:
@@ -324,6 +328,10 @@ class ContiguousServer(_Server):
     def need(self, req_id: int) -> int:
         return self.cache.reservation(req_id, self.specs[req_id].prompt_len, self.held[req_id])
 
+    def lacking(self, req_id: int) -> str:
+        return (f"{_r(req_id)} must grow to {self.cache.target(req_id)} slots, and neither the "
+                "slots after it nor any hole has room")
+
     def why_waiting(self, req_id: int) -> str:
         usage = self.cache.allocator.usage()
         return (f"needs a hole of {self.need(req_id)} slots, the largest is "
@@ -381,6 +389,9 @@ class PagedServer(_Server):
 
     def slots_of(self, req_id: int) -> int:
         return self.manager.sequences[self.seq_of[req_id]].num_blocks * self.manager.block_size
+
+    def lacking(self, req_id: int) -> str:
+        return f"no free block for {_r(req_id)}'s next token"
 
     def why_waiting(self, req_id: int) -> str:
         need = blocks_for(self.held[req_id], self.manager.block_size)
@@ -587,12 +598,12 @@ def _wait_line(label: str, log: StepLog) -> list[str]:
     return [f"{label}: {_rs(log.waiting)} {verb}: {_r(log.waiting[0])} {log.wait_reason}."]
 
 
-def _preempt_lines(label: str, preempted: tuple[tuple[int, int], ...]) -> list[str]:
+def _preempt_lines(label: str, preempted: tuple[tuple[int, int, str], ...]) -> list[str]:
     lines = []
-    for victim, needer in preempted:
-        why = (f"no room for {_r(needer)}'s next token, and it is the newest"
-               if victim == needer else f"no room for {_r(needer)}'s next token")
-        lines.append(f"{label}: {why}: {_r(victim)} is **preempted** (recompute: its memory "
+    for victim, needer, lacking in preempted:
+        who = (f"{_r(victim)} itself, the newest running request," if victim == needer
+               else f"{_r(victim)}, the newest running request,")  # as vLLM chooses
+        lines.append(f"{label}: {lacking}, so {who} is **preempted** (recompute: its memory "
                      "freed, its tokens prefilled again when it is re-admitted).")
     return lines
 
