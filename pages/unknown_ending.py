@@ -165,10 +165,11 @@ def show_step(step: int) -> None:
                        f"{format_bytes(c.copied_tokens * big)}, each during its request's "
                        "decode step.")
         copies = f"{timed} cop{'y' if timed == 1 else 'ies'} timed" if timed else None
-        m3.metric("Copy time (measured)", duration(seconds) if timed else "—", delta=copies,
+        m3.metric("Copy time", duration(seconds) if timed else "—", delta=copies,
                   delta_color="off", delta_arrow="off",
-                  help="Wall time of the moves' K/V copies on the real tensor, on this "
-                       "machine (time.perf_counter around each copy, synchronised on a GPU).")
+                  help="Measured: the wall time of the moves' K/V copies on the real tensor, "
+                       "on this machine (time.perf_counter around each copy, synchronised on a "
+                       "GPU). It varies from run to run.")
     with parts.main, held_back(not hidden, "the address space", key="ue_map"):
         show_figure(address_map(frame, cfg.capacity, guess), key="ue_map",
                     file_name="unknown_ending_map", main=True)

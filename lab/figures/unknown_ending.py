@@ -123,7 +123,7 @@ def address_map(frame: EndingFrame, capacity: int, guess: int) -> go.Figure:
         annotations=arrows + [dict(a, showarrow=False, bgcolor="rgba(255,255,255,0.75)",
                                    font=dict(size=FONT_SIZE - 1, color="#111111"))
                               for a in labels],
-        xaxis=dict(title=dict(text="slot (each holds one token's K and V)"),
+        xaxis=dict(title=dict(text="slot (one token's K and V)"),
                    range=[0, capacity], showgrid=False, zeroline=False),
         yaxis=dict(tickvals=[1, 0], ticktext=names, range=[-0.55, 1.8], showgrid=False,
                    zeroline=False, fixedrange=True))
