@@ -33,8 +33,9 @@ for chapter in CHAPTERS[1:]:
 
 st.subheader("Where to start")
 st.markdown(
-    "Start with **Block tables** and press **Step ▶** (or the Right arrow key) to watch each "
-    "token land in its slot. Every page has the same controls: Reset, Back, Step, Play and a "
+    "Start with **The unknown ending**: pick a guess and press **Step ▶** (or the Right arrow "
+    "key) to watch a contiguous server move its requests or make them wait, beside paging. "
+    "Every page has the same controls: Reset, Back, Step, Play and a "
     "slider to jump to any step. The **Copy link** box in the sidebar reopens exactly what you "
     "see, in any browser; **Classroom mode** makes everything large for a projector."
 )

@@ -30,6 +30,11 @@ class Chapter:
 CHAPTERS = (
     Chapter("pages/home.py", "Start here", ":material/home:", (),
             "what PagedAttention is, and the map of the lab"),
+    Chapter("pages/unknown_ending.py", "The unknown ending", ":material/help:",
+            ("The problem is a cache with an unknown ending",),
+            "a contiguous server must guess each output's length: guess low and long requests "
+            "are moved (their K/V copied), guess high and the room sits empty while others "
+            "wait; paging needs no guess"),
     Chapter("pages/block_tables.py", "Block tables", ":material/grid_view:",
             ("Logical blocks separate a sequence from physical memory",
              "Walk one request through the allocator"),
@@ -40,8 +45,7 @@ CHAPTERS = (
             "the kernel reads K/V block by block through the table; shuffle the physical "
             "placement and the output does not change"),
     Chapter("pages/fragmentation.py", "Fragmentation", ":material/view_week:",
-            ("The problem is a cache with an unknown ending",
-             "Contiguous allocation wastes memory in two ways",
+            ("Contiguous allocation wastes memory in two ways",
              "The block size is a real tradeoff"),
             "contiguous reservations vs paged blocks on the same workload; the block-size "
             "trade-off"),

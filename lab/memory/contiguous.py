@@ -1,9 +1,10 @@
 """The contiguous baseline: one region per request, reserved up front in a linear address space.
 
-Each request reserves prompt + max output tokens at admission, placed first-fit. What it does not
-use is internal fragmentation; free space split into holes too small for the next request is
-external fragmentation. Units are token slots (multiply by bytes per token for bytes), the same
-units as the paged pool's slots, so both can be compared on one workload.
+Each request reserves prompt + max output tokens at admission, placed first-fit (or prompt + a
+guess, growing in place or moving when it outgrows it: `lab/memory/contiguous_kv.py`). What it
+does not use is internal fragmentation; free space split into holes too small for the next
+request is external fragmentation. Units are token slots (multiply by bytes per token for
+bytes), the same units as the paged pool's slots, so both can be compared on one workload.
 """
 
 from __future__ import annotations
@@ -68,8 +69,21 @@ class ContiguousAllocator:
             holes.append((cursor, self.capacity - cursor))
         return holes
 
+    def first_fit(self, size: int) -> int | None:
+        """The start of the first hole that holds `size` slots (None: no hole does)."""
+        return next((s for s, hole in self.holes() if hole >= size), None)
+
     def can_reserve(self, size: int) -> bool:
-        return any(hole >= size for _, hole in self.holes())
+        return self.first_fit(size) is not None
+
+    def _place(self, size: int) -> int:
+        """First fit for `size` slots, or NoContiguousRegion saying what is free."""
+        start = self.first_fit(size)
+        if start is None:
+            holes = self.holes()
+            largest = max((hole for _, hole in holes), default=0)
+            raise NoContiguousRegion(size, largest, sum(h for _, h in holes))
+        return start
 
     def reserve(self, req_id: int, size: int, used: int) -> Region:
         """Reserve `size` contiguous slots (first fit) for a request already using `used`."""
@@ -77,14 +91,42 @@ class ContiguousAllocator:
             raise KVCacheError(f"request {req_id} already holds a region")
         if not 0 < used <= size:
             raise ValueError(f"used ({used}) must be in 1..reserved ({size})")
-        holes = self.holes()
-        start = next((s for s, hole in holes if hole >= size), None)
-        if start is None:
-            largest = max((hole for _, hole in holes), default=0)
-            raise NoContiguousRegion(size, largest, sum(h for _, h in holes))
+        start = self._place(size)
         region = self.regions[req_id] = Region(req_id, start, size, used)
         self.events.emit("allocate", req_id, None, start=start, reserved=size)
         return region
+
+    def room_after(self, req_id: int) -> int:
+        """Free slots right after the request's region: up to the next region, or the end."""
+        end = self.regions[req_id].start + self.regions[req_id].reserved
+        return min((r.start for r in self.regions.values() if r.start >= end),
+                   default=self.capacity) - end
+
+    def extend(self, req_id: int, size: int) -> Region:
+        """Grow a region in place to `size` slots: the slots right after it must be free."""
+        region = self.regions[req_id]
+        more = size - region.reserved
+        if not 0 < more <= self.room_after(req_id):
+            raise KVCacheError(f"request {req_id}: cannot extend {region.reserved} slots at "
+                               f"{region.start} to {size} in place")
+        self.events.emit("allocate", req_id, None, start=region.start + region.reserved,
+                         reserved=more, extends=region.start)
+        region.reserved = size
+        return region
+
+    def move(self, req_id: int, size: int) -> tuple[Region, Region]:
+        """Reserve `size` slots elsewhere (first fit, the old region still held, as a copy
+        needs its source) and give the old region up: a realloc's bookkeeping. The caller
+        copies the bytes. Returns (old region, new region)."""
+        old = self.regions[req_id]
+        if size < old.used:
+            raise ValueError(f"request {req_id} holds {old.used} tokens, more than {size}")
+        start = self._place(size)
+        new = self.regions[req_id] = Region(req_id, start, size, old.used)
+        self.events.emit("allocate", req_id, None, start=start, reserved=size,
+                         moved_from=old.start)
+        self.events.emit("free", req_id, None, start=old.start, reserved=old.reserved)
+        return old, new
 
     def grow(self, req_id: int, n: int = 1) -> None:
         region = self.regions[req_id]

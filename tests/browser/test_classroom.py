@@ -10,8 +10,9 @@ from tests.browser.harness import click_control, current_step, exceptions, open_
 
 pytestmark = pytest.mark.browser
 # Every animated page, and the key of its step controls.
-ANIMATED = {"block_tables": "step", "attention": "step", "fragmentation": "step",
-            "copy_on_write": "step", "prefix_cache": "step", "scheduler": "sched_step"}
+ANIMATED = {"unknown_ending": "step", "block_tables": "step", "attention": "step",
+            "fragmentation": "step", "copy_on_write": "step", "prefix_cache": "step",
+            "scheduler": "sched_step"}
 VISIBLE_STATE_JS = """() => ({
   title: document.querySelector('h1')?.innerText,
   metrics: [...document.querySelectorAll('[data-testid="stMetricValue"]')].map(m => m.innerText),
@@ -44,8 +45,9 @@ def open_fresh(browser, url: str, viewport: dict | None = None):
 
 def test_classroom_mode_stays_on_from_page_to_page(page, app_url: str) -> None:
     open_page(page, f"{app_url}/block_tables?classroom=1")
-    for title in ("Attention over blocks", "Fragmentation", "Copy-on-write", "Prefix cache",
-                  "Admission control", "KV-size calculator", "Start here"):
+    for title in ("The unknown ending", "Attention over blocks", "Fragmentation",
+                  "Copy-on-write", "Prefix cache", "Admission control", "KV-size calculator",
+                  "Start here"):
         if not page.locator('[data-testid="stSidebarNav"]').is_visible():
             page.locator('[data-testid="stExpandSidebarButton"]').first.click()
         page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
@@ -86,6 +88,7 @@ def test_pages_keep_their_own_settings(page, app_url: str) -> None:
 
 
 @pytest.mark.parametrize("path, query", [
+    ("unknown_ending", "guess=200&requests=6"),
     ("block_tables", "block_size=8&requests=2"),
     ("attention", "seq=B&head=1&placement=1"),
     ("fragmentation", "block_size=8&requests=10&seed=3"),

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from tests.browser.harness import ROOT, exceptions, open_page, screenshot
+from ui.chapters import CHAPTERS
 
 pytestmark = pytest.mark.browser
 
 
 def page_paths() -> list[str]:
-    """URL paths of the pages in app.py's navigation (Streamlit derives them from file names)."""
-    files = re.findall(r'st\.Page\("pages/(\w+)\.py"', (ROOT / "app.py").read_text())
-    return ["" if name == "home" else name for name in files]
+    """URL paths of the pages in app.py's navigation (ui/chapters.py lists them; Streamlit
+    derives the paths from the file names)."""
+    paths = ["" if c.url_path == "home" else c.url_path for c in CHAPTERS]
+    assert len(paths) == len(list((ROOT / "pages").glob("*.py")))  # every page is listed
+    return paths
 
 
 def test_every_page_opens_without_exception(page, app_url: str, tmp_path: Path) -> None:

@@ -1,0 +1,615 @@
+"""The unknown ending: a contiguous server that must guess each output's length, beside paging.
+
+The guide's first section, shown: one seeded workload (a few requests, most short, some much
+longer; the server learns an output's length only when the request stops) served two ways on
+the same bytes and the same step clock. The contiguous server reserves prompt + the learner's
+guess per request in one region of a real K/V tensor (`lab/memory/contiguous_kv.py`): guess low
+and long requests fill their reservation and must grow, in place or by moving (their K/V
+really copied, counted and timed); guess high and the reservations sit mostly empty while the
+requests behind them wait. The paged server takes a block only when a sequence's last is full.
+
+One step is one iteration of both servers, the same policy for both (the one `_Server` loop):
+arrivals join the queue; every running request, oldest first, decodes one token; a request
+that finds no room for it (no hole for its grown region; no free block) preempts the newest
+running request by recompute (its memory freed, its tokens prefilled again when it is
+re-admitted, at the front of the queue), itself if it is the newest, as vLLM does; then, if
+nobody was preempted, waiting requests are admitted first come first served while the head of
+the queue fits (its prompt is prefilled). A request whose last token is written finishes and
+frees its memory. On the real tensors (`store_kv`) every step writes each token's seeded K/V
+and runs the Triton kernel over both tensors against dense attention over the seeded K/V.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from kernels.reference import AttentionCheck, compare
+from lab.memory.block_table import blocks_for
+from lab.memory.cache_manager import KVCacheManager
+from lab.memory.contiguous import Region
+from lab.memory.contiguous_kv import ContiguousKVCache, Growth, Move, attention_check
+from lab.memory.events import EventLog
+from lab.memory.kv_pool import PoolConfig
+from lab.memory.snapshot import Snapshot
+from lab.scenarios.story import LiveRun, Story
+from lab.serving.synthetic_kv import VOCAB, SyntheticKV
+from lab.serving.workloads import RequestSpec
+
+SYSTEMS = ("contiguous", "paged")
+GUESS_LOW = 16  # the quick choice "guess low": fewer output slots than most requests need
+MAX_REQUESTS = 10
+
+
+@dataclass(frozen=True)
+class EndingConfig:
+    pool: PoolConfig = field(default_factory=lambda: PoolConfig(
+        num_blocks=40, block_size=16, num_kv_heads=2, head_dim=32))
+    guess: int = GUESS_LOW  # output tokens the contiguous server reserves per request
+    num_requests: int = 8
+    prompt_min: int = 16
+    prompt_max: int = 48
+    max_output: int = 200  # the longest output a request may give
+
+    def __post_init__(self) -> None:
+        for name in ("guess", "num_requests", "prompt_min", "prompt_max", "max_output"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.num_requests > MAX_REQUESTS:
+            raise ValueError(f"at most {MAX_REQUESTS} requests, got {self.num_requests}")
+        if self.prompt_min > self.prompt_max:
+            raise ValueError(f"prompt_min ({self.prompt_min}) is above prompt_max "
+                             f"({self.prompt_max})")
+        if self.prompt_max + self.max_output > self.capacity:
+            raise ValueError(
+                f"a request may hold {self.prompt_max + self.max_output} tokens (prompt "
+                f"{self.prompt_max} + output {self.max_output}) but the pool holds only "
+                f"{self.capacity} slots: enlarge the pool")
+
+    @property
+    def capacity(self) -> int:
+        return self.pool.num_blocks * self.pool.block_size
+
+    @property
+    def guess_high(self) -> int:
+        """The quick choice "guess high": the longest output any request may give."""
+        return self.max_output
+
+
+def make_workload(cfg: EndingConfig, seed: int) -> tuple[RequestSpec, ...]:
+    """Uniform prompts; a third of the requests (at least one, among the first half) long, from
+    half the maximum output to all of it, the rest short (4 to an eighth of it); arrivals 2 to
+    10 steps apart, so short requests keep arriving while the long ones grow."""
+    rng = random.Random(seed)
+    n = cfg.num_requests
+    long = set(rng.sample(range((n + 1) // 2), max(1, round(n / 3))))
+    requests, arrival = [], 0
+    for req_id in range(n):
+        prompt_len = rng.randint(cfg.prompt_min, cfg.prompt_max)
+        output_len = (rng.randint((cfg.max_output + 1) // 2, cfg.max_output) if req_id in long
+                      else rng.randint(min(4, cfg.max_output),
+                                       min(cfg.max_output, max(4, cfg.max_output // 8))))
+        tokens = tuple(rng.randrange(VOCAB) for _ in range(prompt_len + output_len))
+        requests.append(RequestSpec(req_id, prompt_len, output_len, float(arrival),
+                                    max_tokens=cfg.max_output, tokens=tokens))
+        arrival += rng.randint(2, 10)
+    return tuple(requests)
+
+
+@dataclass(frozen=True)
+class StepLog:
+    """What one server did at one step."""
+
+    admitted: tuple[int, ...] = ()
+    finished: tuple[tuple[int, int], ...] = ()  # (request, the slots it frees)
+    preempted: tuple[tuple[int, int, str], ...] = ()  # (victim, who needed room, what it lacked)
+    growths: tuple[Growth, ...] = ()  # contiguous: grew in place
+    moves: tuple[Move, ...] = ()  # contiguous: moved, its K/V copied
+    new_blocks: tuple[tuple[int, int], ...] = ()  # paged: (request, the block its token took)
+    waiting: tuple[int, ...] = ()  # after the step, in queue order
+    wait_reason: str = ""  # why the head of the queue waits
+
+
+@dataclass(frozen=True)
+class SystemStats:
+    """One server after one step, in token slots (x bytes_per_token for bytes)."""
+
+    capacity: int
+    used: int  # slots holding a token's K/V
+    unused: int  # reserved (contiguous) or allocated (paged: last blocks' tails), holding nothing
+    running: int
+    waiting: int
+    finished: int
+    moves: int  # so far
+    growths: int  # so far, in place
+    copied_tokens: int  # so far
+    copied_bytes: int
+    preemptions: int
+    recomputed: int  # tokens prefilled again after a preemption
+
+    @property
+    def unused_pct(self) -> float:
+        return 100 * self.unused / self.capacity
+
+
+@dataclass(frozen=True)
+class EndingFrame:
+    step: int
+    contiguous: SystemStats
+    paged: SystemStats
+    logs: dict[str, StepLog]
+    regions: tuple[Region, ...]  # the contiguous address space after the step
+    holes: tuple[tuple[int, int], ...]  # its free runs: (start, size)
+    next_reservation: int  # slots the contiguous queue's head needs (0: nobody waits)
+    snapshot: Snapshot  # the paged pool
+    seq_of_request: dict[int, int]  # paged: request -> sequence id
+
+
+class SeededKV:
+    """Each request's K/V (a function of the seed, its tokens and their positions), made once
+    per request: what its tokens write, and what the kernel check expects to read back."""
+
+    def __init__(self, config: PoolConfig, seed: int, specs: dict[int, RequestSpec]) -> None:
+        self.synthetic = SyntheticKV(config, seed)
+        self.specs = specs
+        self._full: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def of(self, req_id: int, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions [start, end): each [num_layers, end - start, num_kv_heads, head_dim]."""
+        if req_id not in self._full:
+            self._full[req_id] = self.synthetic.keys_values(list(self.specs[req_id].tokens), 0)
+        keys, values = self._full[req_id]
+        return keys[:, start:end], values[:, start:end]
+
+    def batch(self, writes: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(request, position) pairs, end to end: each [num_layers, n, num_kv_heads, head_dim]."""
+        parts = [self.of(r, pos, pos + 1) for r, pos in writes]
+        return torch.cat([k for k, _ in parts], 1), torch.cat([v for _, v in parts], 1)
+
+
+class _Server(ABC):
+    """The one serving loop both memories run under (see the module docstring)."""
+
+    events: EventLog
+
+    def __init__(self, requests: tuple[RequestSpec, ...], kv: SeededKV | None) -> None:
+        self.specs = {r.req_id: r for r in requests}
+        self.pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.req_id)))
+        self.waiting: deque[int] = deque()
+        self.running: dict[int, None] = {}  # in admission order: the newest last
+        self.held: dict[int, int] = {}  # tokens a request holds (or will prefill again)
+        self.num_finished = self.preemptions = self.recomputed = 0
+        self.kv = kv
+
+    # what a memory does
+    @abstractmethod
+    def room(self, req_id: int) -> Growth | Move | bool:
+        """Room for the request's next token (growing, in place or by a move); False: none."""
+
+    @abstractmethod
+    def fits(self, req_id: int) -> bool: ...
+
+    @abstractmethod
+    def take(self, req_id: int) -> None:
+        """Admit: memory for the tokens it holds, and (with K/V) their K/V, prefilled."""
+
+    @abstractmethod
+    def put(self, req_id: int, pos: int) -> int:
+        """Take the slot for its token at pos (room was made); return it."""
+
+    @abstractmethod
+    def store(self, writes: list[tuple[int, int, int]]) -> None:
+        """The K/V of this step's new tokens, (request, position, slot) each, in one write."""
+
+    @abstractmethod
+    def drop(self, req_id: int, preempted: bool) -> None: ...
+
+    @abstractmethod
+    def why_waiting(self, req_id: int) -> str: ...
+
+    @abstractmethod
+    def lacking(self, req_id: int) -> str:
+        """What a running request found no room for (its next token cannot be stored)."""
+
+    @abstractmethod
+    def slots_of(self, req_id: int) -> int:
+        """Slots the request's memory spans (reserved, or its blocks')."""
+
+    @abstractmethod
+    def tables(self, req_ids: list[int]) -> tuple[object, list[list[int]]]:
+        """(the KV pool, each request's block table in it), for the kernel check."""
+
+    # the loop
+    def step(self, step: int) -> StepLog:
+        """One iteration: arrivals, a decode token for every running request, admissions."""
+        self.events.step = step
+        while self.pending and self.pending[0].arrival_s <= step:
+            spec = self.pending.popleft()
+            self.waiting.append(spec.req_id)
+            self.held[spec.req_id] = spec.prompt_len
+        growths, moves, preempted, writes = [], [], [], []
+        for req_id in list(self.running):
+            if req_id not in self.running:
+                continue  # preempted this step to make room for an older request
+            while not (made := self.room(req_id)):
+                victim = next(reversed(self.running))
+                self._preempt(victim)
+                preempted.append((victim, req_id, self.lacking(req_id)))
+                if victim == req_id:
+                    break
+            if req_id not in self.running:
+                continue
+            if isinstance(made, Move):
+                moves.append(made)
+            elif isinstance(made, Growth):
+                growths.append(made)
+            pos = self.held[req_id]
+            writes.append((req_id, pos, self.put(req_id, pos)))
+            self.held[req_id] = pos + 1
+        self.store(writes)
+        admitted = []
+        while not preempted and self.waiting and self.fits(self.waiting[0]):
+            req_id = self.waiting.popleft()
+            if self.held[req_id] > self.specs[req_id].prompt_len:
+                self.recomputed += self.held[req_id]
+            self.take(req_id)
+            self.running[req_id] = None
+            admitted.append(req_id)
+        finished = tuple((r, self.slots_of(r)) for r in self.running
+                         if self.held[r] == self.specs[r].total_len)
+        reason = ""
+        if self.waiting:
+            reason = ("is not admitted at a step that preempted (the freed room goes to the "
+                      "running requests first)" if preempted else self.why_waiting(self.waiting[0]))
+        return StepLog(tuple(admitted), finished, tuple(preempted), tuple(growths),
+                       tuple(moves), self.new_blocks(writes), tuple(self.waiting), reason)
+
+    def new_blocks(self, writes: list[tuple[int, int, int]]) -> tuple[tuple[int, int], ...]:
+        """(request, block) for each token of `writes` that took a new block."""
+        return ()
+
+    def finish(self, finished: tuple[tuple[int, int], ...]) -> None:
+        for req_id, _ in finished:
+            self.drop(req_id, preempted=False)
+            del self.running[req_id]
+            self.num_finished += 1
+
+    def _preempt(self, req_id: int) -> None:
+        self.drop(req_id, preempted=True)
+        del self.running[req_id]
+        self.waiting.appendleft(req_id)
+        self.preemptions += 1
+
+    @property
+    def done(self) -> bool:
+        return not (self.pending or self.waiting or self.running)
+
+
+class ContiguousServer(_Server):
+    def __init__(self, cfg: EndingConfig, requests: tuple[RequestSpec, ...],
+                 kv: SeededKV | None) -> None:
+        super().__init__(requests, kv)
+        self.cache = ContiguousKVCache(cfg.pool, cfg.guess, store_kv=kv is not None)
+        self.events = self.cache.events
+
+    def room(self, req_id: int) -> Growth | Move | bool:
+        if not self.cache.is_full(req_id):
+            return True
+        return self.cache.grow(req_id) or False
+
+    def fits(self, req_id: int) -> bool:
+        return self.cache.can_admit(req_id, self.specs[req_id].prompt_len, self.held[req_id])
+
+    def take(self, req_id: int) -> None:
+        held, prompt_len = self.held[req_id], self.specs[req_id].prompt_len
+        if self.kv is None:
+            self.cache.admit(req_id, prompt_len, held=held)
+        else:
+            self.cache.admit(req_id, prompt_len, *self.kv.of(req_id, 0, held))
+
+    def put(self, req_id: int, pos: int) -> int:
+        return self.cache.append(req_id)
+
+    def store(self, writes: list[tuple[int, int, int]]) -> None:
+        if self.kv is not None and writes:
+            self.cache.write([slot for _, _, slot in writes],
+                             *self.kv.batch([(r, pos) for r, pos, _ in writes]))
+
+    def drop(self, req_id: int, preempted: bool) -> None:
+        (self.cache.preempt if preempted else self.cache.release)(req_id)
+
+    def slots_of(self, req_id: int) -> int:
+        return self.cache.allocator.regions[req_id].reserved
+
+    def need(self, req_id: int) -> int:
+        return self.cache.reservation(req_id, self.specs[req_id].prompt_len, self.held[req_id])
+
+    def lacking(self, req_id: int) -> str:
+        return (f"{_r(req_id)} must grow to {self.cache.target(req_id)} slots, and neither the "
+                "slots after it nor any hole has room")
+
+    def why_waiting(self, req_id: int) -> str:
+        usage = self.cache.allocator.usage()
+        return (f"needs a hole of {self.need(req_id)} slots, the largest is "
+                f"{usage.largest_hole} ({usage.free} free in all)")
+
+    def tables(self, req_ids: list[int]) -> tuple[object, list[list[int]]]:
+        return self.cache.pool, self.cache.slot_tables(req_ids)
+
+
+class PagedServer(_Server):
+    def __init__(self, cfg: EndingConfig, requests: tuple[RequestSpec, ...],
+                 kv: SeededKV | None) -> None:
+        super().__init__(requests, kv)
+        self.manager = KVCacheManager(cfg.pool, enable_prefix_cache=False,
+                                      store_kv=kv is not None)
+        self.events = self.manager.events
+        self.seq_of: dict[int, int] = {}
+
+    def room(self, req_id: int) -> bool:
+        return self.held[req_id] % self.manager.block_size != 0 or self.manager.blocks.num_free > 0
+
+    def fits(self, req_id: int) -> bool:
+        return self.manager.can_allocate(self.held[req_id])
+
+    def take(self, req_id: int) -> None:
+        held = self.held[req_id]
+        seq = self.manager.add_sequence(list(self.specs[req_id].tokens[:held]))
+        self.seq_of[req_id] = seq.seq_id
+        if self.kv is None:
+            self.manager.commit(seq.seq_id, held)
+        else:
+            self.manager.write(seq.seq_id, 0, *self.kv.of(req_id, 0, held))
+
+    def put(self, req_id: int, pos: int) -> int:
+        return self.manager.append_token(self.seq_of[req_id], self.specs[req_id].tokens[pos])
+
+    def new_blocks(self, writes: list[tuple[int, int, int]]) -> tuple[tuple[int, int], ...]:
+        bs = self.manager.block_size  # a token at a block's first slot took that block
+        return tuple((r, slot // bs) for r, _, slot in writes if slot % bs == 0)
+
+    def store(self, writes: list[tuple[int, int, int]]) -> None:
+        seq_ids = [self.seq_of[r] for r, _, _ in writes]
+        if self.kv is None:
+            for (_, pos, _), seq_id in zip(writes, seq_ids):
+                self.manager.commit(seq_id, pos + 1)
+        elif writes:
+            self.manager.write_batch(seq_ids, *self.kv.batch([(r, pos) for r, pos, _ in writes]))
+
+    def drop(self, req_id: int, preempted: bool) -> None:
+        seq_id = self.seq_of.pop(req_id)
+        if preempted:
+            self.events.emit("preempt", seq_id, None, req_id=req_id,
+                             tokens=len(self.manager.sequences[seq_id]))
+        self.manager.free(seq_id)
+
+    def slots_of(self, req_id: int) -> int:
+        return self.manager.sequences[self.seq_of[req_id]].num_blocks * self.manager.block_size
+
+    def lacking(self, req_id: int) -> str:
+        return f"no free block for {_r(req_id)}'s next token"
+
+    def why_waiting(self, req_id: int) -> str:
+        need = blocks_for(self.held[req_id], self.manager.block_size)
+        return f"needs {need} blocks, {self.manager.blocks.num_free} free"
+
+    def tables(self, req_ids: list[int]) -> tuple[object, list[list[int]]]:
+        return self.manager.pool, [self.manager.sequences[self.seq_of[r]].block_table
+                                   for r in req_ids]
+
+
+class EndingPlay:
+    """Both servers on one step clock."""
+
+    def __init__(self, cfg: EndingConfig, requests: tuple[RequestSpec, ...], seed: int,
+                 store_kv: bool = False,
+                 timings: dict[tuple[int, int], float] | None = None) -> None:
+        self.cfg = cfg
+        # (step, request) -> seconds each move's copy took; a live run's replays share one
+        self.timings = timings if timings is not None else {}
+        self.kv = SeededKV(cfg.pool, seed, {r.req_id: r for r in requests}) if store_kv else None
+        self.contiguous = ContiguousServer(cfg, requests, self.kv)
+        self.paged = PagedServer(cfg, requests, self.kv)
+        self.servers = (self.contiguous, self.paged)
+        self.step = -1
+        self._finishers: AttentionCheck | None = None  # this step's last tokens, checked
+
+    @property
+    def done(self) -> bool:
+        return all(s.done for s in self.servers)
+
+    def advance(self) -> EndingFrame:
+        self.step += 1
+        logs = [server.step(self.step) for server in self.servers]
+        if self.kv is not None:  # a request's last token attends before its memory is freed
+            self._finishers = self._attention([[r for r, _ in log.finished] for log in logs])
+        for server, log in zip(self.servers, logs):
+            server.finish(log.finished)
+        for m in logs[0].moves:
+            if m.seconds is not None:
+                self.timings[self.step, m.req_id] = m.seconds
+        return self.frame(dict(zip(SYSTEMS, logs)))
+
+    def frame(self, logs: dict[str, StepLog]) -> EndingFrame:
+        c = self.contiguous
+        head = c.waiting[0] if c.waiting else None
+        picture = c.cache.picture(c.need(head) if head is not None else 0)
+        u = picture.usage
+        moves = c.cache.moves
+        c_stats = SystemStats(u.capacity, u.used, u.internal, len(c.running), len(c.waiting),
+                              c.num_finished, len(moves), len(c.cache.growths),
+                              sum(m.tokens for m in moves), c.cache.bytes_copied,
+                              c.preemptions, c.recomputed)
+        p = self.paged
+        snap = p.manager.snapshot()
+        p_stats = SystemStats(self.cfg.capacity, snap.usage.slots_filled, snap.usage.tail_slots,
+                              len(p.running), len(p.waiting), p.num_finished, 0, 0, 0, 0,
+                              p.preemptions, p.recomputed)
+        return EndingFrame(self.step, c_stats, p_stats, logs, picture.regions, u.holes,
+                           picture.next_request, snap, dict(p.seq_of))
+
+    def _attention(self, ids: list[list[int]]) -> AttentionCheck | None:
+        """Each request's newest token over its K/V on the real tensors (ids: per server),
+        against dense attention over the seeded K/V it should hold (a wrong move would show)."""
+        checks = []
+        for server, req_ids in zip(self.servers, ids):
+            if not req_ids:
+                continue
+            pool, tables = server.tables(req_ids)
+            expected = [tuple(t[0] for t in self.kv.of(r, 0, server.held[r])) for r in req_ids]
+            newest = [server.specs[r].tokens[server.held[r] - 1] for r in req_ids]
+            checks.append(attention_check(pool.key_caches[0], pool.value_caches[0], tables,
+                                          self.kv.synthetic.queries(newest), expected))
+        return merge_checks(checks)
+
+    def check_attention(self) -> AttentionCheck | None:
+        """Every request that attended at this step: those still running, read now, and those
+        that finished, read before their memory was freed."""
+        if self.kv is None:
+            return None
+        running = self._attention([list(s.running) for s in self.servers])
+        return merge_checks([c for c in (running, self._finishers) if c is not None])
+
+    def measured(self, step: int) -> tuple[int, float]:
+        """(moves timed, seconds their copies took) up to `step`, on the real tensor (by any
+        play of this live run: a replay measures again)."""
+        times = [t for (at, _), t in list(self.timings.items()) if at <= step]
+        return len(times), sum(times)
+
+    def events(self) -> dict[str, list[dict]]:
+        return {"contiguous": self.contiguous.events.as_dicts(),
+                "paged": self.paged.events.as_dicts()}
+
+
+def merge_checks(checks: list[AttentionCheck]) -> AttentionCheck | None:
+    """Several checks judged as one (the same tolerance over every output)."""
+    if not checks:
+        return None
+    if len(checks) == 1:
+        return checks[0]
+    return compare(torch.cat([c.output for c in checks]),
+                   torch.cat([c.reference for c in checks]), sum(c.num_seqs for c in checks))
+
+
+@dataclass(frozen=True)
+class UnknownEndingStory(Story[EndingFrame]):
+    page = "unknown_ending"
+    config: EndingConfig
+    seed: int
+
+    def requests(self) -> tuple[RequestSpec, ...]:
+        return make_workload(self.config, self.seed)
+
+    def play(self, store_kv: bool = False,
+             timings: dict[tuple[int, int], float] | None = None) -> EndingPlay:
+        return EndingPlay(self.config, self.requests(), self.seed, store_kv, timings)
+
+    def live(self) -> LiveRun:
+        """On the real tensors; every replay records its copy times in one place, so a page
+        can show them for any step played (`EndingPlay.measured`)."""
+        timings: dict[tuple[int, int], float] = {}
+        return LiveRun(self, lambda: self.play(store_kv=True, timings=timings))
+
+    def longest(self) -> RequestSpec:
+        return max(self.requests(), key=lambda r: (r.output_len, -r.req_id))
+
+    def moves_of(self, frames: tuple[EndingFrame, ...], req_id: int) -> tuple[Move, ...]:
+        return tuple(m for f in frames for m in f.logs["contiguous"].moves if m.req_id == req_id)
+
+    def growths_of(self, frames: tuple[EndingFrame, ...], req_id: int) -> tuple[Growth, ...]:
+        return tuple(g for f in frames for g in f.logs["contiguous"].growths
+                     if g.req_id == req_id)
+
+    def first_growth(self, frames: tuple[EndingFrame, ...], req_id: int) -> int:
+        """The first step the contiguous server grows or moves the request (or, if it never
+        does, the step it finishes): where the page starts to show how it grows."""
+        for f in frames:
+            log = f.logs["contiguous"]
+            if any(g.req_id == req_id for g in (*log.moves, *log.growths)) or any(
+                    r == req_id for r, _ in log.finished):
+                return f.step
+        return frames[-1].step
+
+    def caption(self, frame: EndingFrame) -> list[str]:
+        """What each server did: preemptions, growth (in place, or a move with the bytes it
+        copied), admissions, finished requests, and who waits for what."""
+        c, p = frame.logs["contiguous"], frame.logs["paged"]
+        specs = {r.req_id: r for r in self.requests()}
+        regions = {r.req_id: r for r in frame.regions}
+        lines = _preempt_lines("Contiguous", c.preempted)
+        for g in c.growths:
+            lines.append(f"Contiguous: {_r(g.req_id)} filled its {g.old_size} slots; the "
+                         f"{g.new_size - g.old_size} after them are free, so it **grows in "
+                         f"place** to {g.new_size} slots: nothing is copied.")
+        for m in c.moves:
+            lines.append(f"Contiguous: {_r(m.req_id)} filled its {m.old_size} slots and the "
+                         f"slots after them are taken, so it **moves** to a {m.new_size}-slot "
+                         f"region at slot {m.dst}: its {m.tokens} tokens' K/V, "
+                         f"**{m.nbytes:,} bytes**, are copied from slots {m.src}–"
+                         f"{m.src + m.tokens - 1}, and the old region is freed.")
+        for req_id in c.admitted:
+            r, spec = regions[req_id], specs[req_id]
+            again = (f"re-admits {_r(req_id)} (its {r.used} tokens prefilled again)"
+                     if r.used > spec.prompt_len else f"admits {_r(req_id)}")
+            lines.append(f"Contiguous: {again}, reserving {r.reserved} slots at "
+                         f"{r.start}–{r.start + r.reserved - 1} (prompt {spec.prompt_len} + "
+                         f"output {r.reserved - spec.prompt_len}).")
+        lines += _finish_lines("Contiguous", c.finished, specs)
+        if c.moves or c.growths or c.admitted or c.finished or c.preempted:
+            total = frame.contiguous
+            so_far = (f"{total.moves} move{'s' * (total.moves != 1)}, "
+                      f"{total.copied_bytes:,} bytes copied")
+            lines.append(f"Contiguous so far: {so_far}." if c.moves else
+                         f"Contiguous: nothing moved at this step (so far: {so_far}).")
+        lines += _wait_line("Contiguous", c)
+        lines += _preempt_lines("Paged", p.preempted)
+        bs = self.config.pool.block_size
+        for req_id in p.admitted:
+            held = next(s.num_tokens for s in frame.snapshot.sequences
+                        if s.seq_id == frame.seq_of_request[req_id])
+            again = "re-admits" if held > specs[req_id].prompt_len else "admits"
+            lines.append(f"Paged: {again} {_r(req_id)}: {blocks_for(held, bs)} block(s) for "
+                         f"its {held} tokens.")
+        if p.new_blocks:
+            took = ", ".join(f"{_r(r)} block {b}" for r, b in p.new_blocks)
+            lines.append(f"Paged: the last block was full, so a new one: {took}; nothing is "
+                         "copied.")
+        lines += _finish_lines("Paged", p.finished, specs)
+        lines += _wait_line("Paged", p)
+        return lines
+
+
+def _r(req_id: int) -> str:
+    return f"**R{req_id}**"
+
+
+def _rs(ids: tuple[int, ...]) -> str:
+    return ", ".join(_r(i) for i in ids)
+
+
+def _wait_line(label: str, log: StepLog) -> list[str]:
+    if not log.waiting:
+        return []
+    verb = "waits" if len(log.waiting) == 1 else "wait"
+    return [f"{label}: {_rs(log.waiting)} {verb}: {_r(log.waiting[0])} {log.wait_reason}."]
+
+
+def _preempt_lines(label: str, preempted: tuple[tuple[int, int, str], ...]) -> list[str]:
+    lines = []
+    for victim, needer, lacking in preempted:
+        who = (f"{_r(victim)} itself, the newest running request," if victim == needer
+               else f"{_r(victim)}, the newest running request,")  # as vLLM chooses
+        lines.append(f"{label}: {lacking}, so {who} is **preempted** (recompute: its memory "
+                     "freed, its tokens prefilled again when it is re-admitted).")
+    return lines
+
+
+def _finish_lines(label: str, finished: tuple[tuple[int, int], ...],
+                  specs: dict[int, RequestSpec]) -> list[str]:
+    return [f"{label}: {_r(r)} stops after {specs[r].output_len} output tokens (only now does "
+            f"the server learn its length) and frees its {slots} slots, "
+            f"{slots - specs[r].total_len} of them never used." for r, slots in finished]
