@@ -1,4 +1,4 @@
-"""Page 2 — Attention over blocks: the kernel reads K/V through the block table, in order."""
+"""Attention over blocks: the kernel reads K/V through the block table, in order."""
 
 import streamlit as st
 

@@ -1,4 +1,4 @@
-"""Page 1 — Block tables: the guide's allocator walk, several requests at once, step by step."""
+"""Block tables: the guide's allocator walk, several requests at once, step by step."""
 
 import streamlit as st
 

@@ -1,4 +1,4 @@
-"""Page 4 — Copy-on-write: parallel sampling and beam search share one prompt's blocks."""
+"""Copy-on-write: parallel sampling and beam search share one prompt's blocks."""
 
 import streamlit as st
 

@@ -1,4 +1,4 @@
-"""Page 3 — Fragmentation: one seeded workload, contiguous reservations vs the paged pool."""
+"""Fragmentation: one seeded workload, contiguous reservations vs the paged pool."""
 
 import pandas as pd
 import streamlit as st

@@ -1,4 +1,4 @@
-"""Page — A real model: SmolLM2-135M writes its KV cache into this lab's paged pool."""
+"""A real model: SmolLM2-135M writes its KV cache into this lab's paged pool."""
 
 import streamlit as st
 

@@ -1,4 +1,4 @@
-"""Page 5 — Prefix cache: requests sharing a system prompt reuse its full blocks."""
+"""Prefix cache: requests sharing a system prompt reuse its full blocks."""
 
 import streamlit as st
 

@@ -1,4 +1,4 @@
-"""Page 1 — The unknown ending: a contiguous server must guess each output; paging need not."""
+"""The unknown ending: a contiguous server must guess each output; paging need not."""
 
 import pandas as pd
 import streamlit as st

@@ -64,3 +64,11 @@ def test_impossible_settings_show_a_message(open_page) -> None:
     assert not at.exception
     assert "cannot run" in at.error[0].value and "holds only 128" in at.error[0].value
     assert not figures(at)
+
+
+def test_a_setting_that_changes_the_run_keeps_the_step(open_page) -> None:
+    at = open_page(step="40")
+    last = at.slider(key="step").max
+    at.number_input(key="max_output").set_value(200).run()  # a longer run: a new slider range
+    assert at.slider(key="step").max != last
+    assert at.slider(key="step").value == 40

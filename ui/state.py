@@ -169,6 +169,10 @@ def bind_param(param: str, default: T, parse: Callable[[str], T], valid: Callabl
         value = stored if valid(stored) else default
     elif not valid(st.session_state[key]):  # the range shrank since the last run
         value = default
+    else:
+        # Carried over by hand: a widget whose range changed (a step slider after a setting
+        # changed the run's length) is a new widget to Streamlit, which would start it over.
+        value = st.session_state[key]
     if value is not None:
         st.session_state.pop(key, None)  # unbind it from a widget of another page
         st.session_state[key] = value
