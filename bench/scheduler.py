@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from lab.serving.config import COMPUTE_POOL, SchedulerConfig
 from lab.serving.cost_model import cost_model
 from lab.serving.metrics import summarize
-from lab.serving.request import SchedulerConfig
 from lab.serving.runs import run
 from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import from_preset, workload_stats
@@ -67,9 +68,9 @@ def main() -> None:
     print(head)
     print("-" * len(head))
     for allocator, mode, num_blocks in runs:
-        cfg = SchedulerConfig(num_blocks=num_blocks, block_size=16, max_num_seqs=256,
-                              max_num_batched_tokens=8192, allocator=allocator,
-                              preemption_mode=mode, explain=False)
+        cfg = SchedulerConfig(pool=replace(COMPUTE_POOL, num_blocks=num_blocks, block_size=16),
+                              max_num_seqs=256, max_num_batched_tokens=8192,
+                              allocator=allocator, preemption_mode=mode, explain=False)
         t0, c0 = time.perf_counter(), time.process_time()
         sched = Scheduler(requests, cfg, cost, seed=args.seed)
         run(sched)

@@ -50,8 +50,8 @@ from tests.browser.harness import (
 
 # Default sizes, except enough steps to click through: 12 output tokens on Block tables (the
 # default request is the guide's 4), block size 8 on Attention (7 blocks to read).
-PAGES = {"block_tables": "output_len=12", "attention": "block_size=8", "fragmentation": "",
-         "copy_on_write": "", "prefix_cache": ""}
+PAGES = {"unknown_ending": "", "block_tables": "output_len=12", "attention": "block_size=8",
+         "fragmentation": "", "copy_on_write": "", "prefix_cache": ""}
 SERVER_CPU = ("block_tables", "attention")  # pages whose step compute is timed in-process
 
 
