@@ -41,16 +41,21 @@ explain(
 )
 
 
+def _num(x: float | None, fmt: str = ",.0f", unit: str = "") -> str:
+    """A metric as shown: any float a /metrics text may hold (NaN, ±Inf, 1e308) has a text."""
+    if x is None or math.isnan(x):
+        return "—"
+    if math.isinf(x):
+        return ("∞" if x > 0 else "−∞") + unit
+    return (format(x, fmt) if abs(x) < 1e15 else f"{x:.3g}") + unit
+
+
 def _pct(x: float | None) -> str:
-    return "—" if x is None or math.isnan(x) else f"{x:.0%}"
-
-
-def _num(x: float | None) -> str:
-    return "—" if x is None else f"{x:,.0f}"
+    return _num(None if x is None else 100 * x, ".0f", "%")
 
 
 def _ms(x: float) -> str:
-    return "—" if math.isnan(x) else f"{x * 1e3:,.1f} ms"
+    return _num(x * 1e3, ",.1f", " ms")
 
 
 st.subheader("Its /metrics")
@@ -91,16 +96,16 @@ if source:
         rows = []
         for name, h in (("TTFT", view.ttft), (view.itl_metric or "ITL", view.itl)):
             if h is not None:
-                rows.append({"histogram": name, "count": int(h.count), "mean": _ms(h.mean),
+                rows.append({"histogram": name, "count": _num(h.count), "mean": _ms(h.mean),
                              "p50": _ms(h.quantile(0.5)), "p90": _ms(h.quantile(0.9)),
                              "p99": _ms(h.quantile(0.99))})
         lab = st.session_state.get("sched_replay")
         if lab is not None:
             s = lab[1]["paged"][0]
-            rows.append({"histogram": "the lab's last replay: TTFT", "count": s.ttft.count,
+            rows.append({"histogram": "the lab's last replay: TTFT", "count": _num(s.ttft.count),
                          "mean": _ms(s.ttft.mean), "p50": _ms(s.ttft.p50),
                          "p90": _ms(s.ttft.p90), "p99": _ms(s.ttft.p99)})
-            rows.append({"histogram": "the lab's last replay: ITL", "count": s.itl.count,
+            rows.append({"histogram": "the lab's last replay: ITL", "count": _num(s.itl.count),
                          "mean": _ms(s.itl.mean), "p50": _ms(s.itl.p50), "p90": _ms(s.itl.p90),
                          "p99": _ms(s.itl.p99)})
         if rows:

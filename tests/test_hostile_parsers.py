@@ -52,7 +52,6 @@ def read_metrics(text: str):
         return None
 
 
-@defect("a bucket bound such as le=\"²\" raised ValueError from engine_view")
 @examples(300)
 @given(metrics_texts)
 def test_fuzzed_metrics_text_reads_or_names_its_error(text: str) -> None:
@@ -63,7 +62,6 @@ def test_fuzzed_metrics_text_reads_or_names_its_error(text: str) -> None:
                 h.quantile(0.5), h.mean, h.count
 
 
-@defect('a bucket bound that is not a number raised ValueError from engine_view')
 @pytest.mark.parametrize("bound", ["abc", "", "1e400x", "NaN"])
 def test_a_bucket_bound_that_is_not_a_number_is_named(bound: str) -> None:
     text = f'vllm:time_to_first_token_seconds_bucket{{le="{bound}"}} 1\n'
