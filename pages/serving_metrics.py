@@ -14,15 +14,16 @@ from lab.sizing.vllm_sheet import (
     log_lines,
     vllm_sheet_from_gpu,
 )
-from lab.vllm.log_check import check_log, guess_preset
-from lab.vllm.metrics_text import (
-    DISABLE_ENV,
+from lab.vllm.fetch import (
     FETCH_TIMEOUT_S,
-    MetricsError,
-    engine_view,
+    MODE_ENV,
+    REACHES,
     fetch_metrics,
-    parse_prometheus,
+    fetch_mode,
+    turned_off_reason,
 )
+from lab.vllm.log_check import check_log, guess_preset
+from lab.vllm.metrics_text import MetricsError, engine_view, parse_prometheus
 from lab.vllm.startup_log import LogError, parse_startup_log
 from ui.chapters import chapter_strip
 from ui.layout import explain, show_figure
@@ -62,15 +63,18 @@ st.subheader("Its /metrics")
 paste, url_col = st.columns([3, 2])
 text = paste.text_area("Paste the text of http://<server>/metrics", key="vllm_metrics_text",
                        height=180, placeholder="# HELP vllm:num_requests_running ...")
-url = url_col.text_input("…or fetch it from a URL", key="vllm_url",
+mode = fetch_mode()
+off = turned_off_reason(mode)
+url = url_col.text_input("…or fetch it from a URL", key="vllm_url", disabled=off is not None,
                          placeholder="http://localhost:8000/metrics")
-url_col.caption(f"Fetched by the lab's server (not your browser): http(s) only, "
-                f"{FETCH_TIMEOUT_S:g} s timeout, 4 MiB at most. A shared deployment can turn "
-                f"this off with {DISABLE_ENV}=1.")
-if url_col.button("Fetch", key="vllm_fetch", disabled=not url.strip()):
+url_col.caption(off or f"Fetched by the lab's server (not your browser): http(s) only, "
+                f"{REACHES[mode]}, {FETCH_TIMEOUT_S:g} s in all, 4 MiB at most. A shared "
+                f"deployment sets {MODE_ENV}=public (or off).")
+if url_col.button("Fetch", key="vllm_fetch", disabled=off is not None or not url.strip(),
+                  help=off):
     try:
-        st.session_state["vllm_fetched"] = fetch_metrics(url)
-    except MetricsError as err:
+        st.session_state["vllm_fetched"] = fetch_metrics(url, mode=mode)
+    except MetricsError as err:  # the fetch's messages never quote what the remote sent
         st.session_state.pop("vllm_fetched", None)
         url_col.error(str(err), icon=":material/language:")
 source = text.strip() or st.session_state.get("vllm_fetched", "")

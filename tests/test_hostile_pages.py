@@ -81,7 +81,6 @@ def test_logged_numbers_outside_the_widgets_ranges(open_app_page, log: str) -> N
 
 
 # -- the fetch on the page -------------------------------------------------------------------------
-@defect("a non-Prometheus reply's first line was shown on the page")
 def test_a_fetched_reply_is_never_quoted(open_app_page) -> None:
     with hostile_server() as server:
         for path in ("/secret", "/missing", "/garbage-status"):
@@ -92,7 +91,6 @@ def test_a_fetched_reply_is_never_quoted(open_app_page) -> None:
             assert at.error and SECRET not in texts(at, "error", "markdown", "caption", "code")
 
 
-@defect("with the fetch turned off, the Fetch button stayed enabled")
 @pytest.mark.parametrize("env", [("PAGED_LAB_URL_FETCH", "off"),
                                  ("PAGED_LAB_DISABLE_URL_FETCH", "1")])
 def test_a_fetch_turned_off_says_so_before_anyone_clicks(open_app_page, monkeypatch,

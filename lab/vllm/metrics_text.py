@@ -12,17 +12,11 @@ vllm:inter_token_latency_seconds). Fetching the text from a URL is `lab.vllm.fet
 from __future__ import annotations
 
 import math
-import os
 import re
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import NamedTuple
-from urllib.parse import urlsplit
 
 MAX_TEXT_BYTES = 4 << 20  # 4 MiB: a busy server's /metrics is tens of KiB
-FETCH_TIMEOUT_S = 3.0
-DISABLE_ENV = "PAGED_LAB_DISABLE_URL_FETCH"
 
 _SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+-?\d+)?\s*")
 # A label value's characters are matched possessively: a value of a million escapes is read
@@ -35,7 +29,8 @@ _SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created")
 
 
 class MetricsError(ValueError):
-    """Text that is not in the Prometheus format, or a URL that cannot be fetched."""
+    """Text that is not in the Prometheus format (or, from lab.vllm.fetch, a URL that gave
+    none)."""
 
 
 class Sample(NamedTuple):  # a tuple: a million samples build in a fraction of a second
@@ -260,40 +255,3 @@ def engine_view(families: dict[str, Family]) -> EngineView:
         _total(families, "vllm:prefix_cache_queries_total")[0],
         _total(families, "vllm:prefix_cache_hits_total")[0],
         ttft, itl, itl_name, tuple(names))
-
-
-# -- fetching a URL (a server-side request) -----------------------------------------------
-class _SameSchemes(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        if urlsplit(newurl).scheme not in ("http", "https"):
-            raise MetricsError(f"refused a redirect to {newurl[:80]!r}: http(s) only")
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-def fetch_metrics(url: str, timeout: float = FETCH_TIMEOUT_S,
-                  max_bytes: int = MAX_TEXT_BYTES) -> str:
-    """GET the URL from this server and return its text; MetricsError says why not."""
-    if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
-        raise MetricsError(f"fetching URLs is turned off on this server ({DISABLE_ENV} is set): "
-                           "paste the /metrics text instead")
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise MetricsError("give an http:// or https:// URL with a host, e.g. "
-                           "http://localhost:8000/metrics")
-    opener = urllib.request.build_opener(_SameSchemes)
-    try:
-        with opener.open(urllib.request.Request(url.strip(), headers={"Accept": "text/plain"}),
-                         timeout=timeout) as response:
-            body = response.read(max_bytes + 1)
-    except urllib.error.HTTPError as err:
-        raise MetricsError(f"{parts.hostname} answered HTTP {err.code} ({err.reason})") from None
-    except TimeoutError:
-        raise MetricsError(f"{parts.hostname} did not answer within {timeout:g} s") from None
-    except urllib.error.URLError as err:
-        raise MetricsError(f"could not reach {parts.hostname}: {err.reason}") from None
-    except (OSError, ValueError) as err:
-        raise MetricsError(f"could not fetch {parts.hostname}: {err}") from None
-    if len(body) > max_bytes:
-        raise MetricsError(f"the response is larger than {max_bytes:,} bytes; "
-                           "is this a /metrics endpoint?")
-    return body.decode("utf-8", "replace")
