@@ -234,8 +234,8 @@ def test_startup_log_reads_v1_and_v0_wordings():
 def test_hostile_startup_logs_read_or_fail_cleanly(text):
     try:
         log = parse_startup_log(text)
-    except LogError as err:
-        assert "no KV-cache lines" in str(err)
+    except LogError as err:  # the number is named (tests/test_hostile_parsers.py has more)
+        assert "not a number an engine logs" in str(err) or "outside what" in str(err)
     else:
         assert isinstance(log.kv_memory_gib or log.kv_cache_tokens or 0, float | int)
 
