@@ -29,11 +29,6 @@ CONFIGS = Path(__file__).parent / "data" / "configs"
 LINEAR_S = 5.0  # a megabyte input is read well within this (the quadratic ones took 20-54 s)
 
 
-def defect(reason: str) -> pytest.MarkDecorator:
-    """A defect issue 14 lists, reproduced here before its fix."""
-    return pytest.mark.xfail(strict=True, reason=f"issue 14: {reason}")
-
-
 def timed(fn, *args):
     start = time.perf_counter()
     try:
@@ -147,7 +142,6 @@ def test_a_log_past_the_limit_is_refused_first() -> None:
 LLAMA = (CONFIGS / "llama-3.1-8b.json").read_bytes()
 
 
-@defect('a config.json with a UTF-8 BOM was refused')
 @pytest.mark.parametrize("data", [b"\xef\xbb\xbf" + LLAMA, "\ufeff" + LLAMA.decode()])
 def test_a_config_with_a_byte_order_mark_is_read(data: str | bytes) -> None:
     assert read_hf_config(data).num_layers == 32
@@ -175,7 +169,6 @@ def test_fuzzed_configs_with_marks_and_numbers_read_or_name_their_error(data) ->
 
 
 # -- a workload CSV ------------------------------------------------------------------------------
-@defect("a carriage return inside a field raised _csv.Error")
 @examples(300)
 @given(csv_texts | st.binary(max_size=200))
 def test_fuzzed_csv_reads_or_names_its_error(data: str | bytes) -> None:
@@ -187,7 +180,6 @@ def test_fuzzed_csv_reads_or_names_its_error(data: str | bytes) -> None:
     assert requests and all(1 <= r.prompt_len and 1 <= r.output_len for r in requests)
 
 
-@defect('a 200 KB field raised _csv.Error')
 @pytest.mark.parametrize("data", ["1," + "9" * 200_000 + "\n", '"' + "x" * 200_000])
 def test_a_huge_csv_field_is_named(data: str) -> None:
     with pytest.raises(WorkloadError, match="row 1"):
@@ -196,9 +188,8 @@ def test_a_huge_csv_field_is_named(data: str) -> None:
 
 @pytest.mark.parametrize("data", [
     "5,5\n" * 20_000,  # the issue's 80 KB upload: valid, read at once
-    ("1,1," + "0" * 1000 + "\n") * (MAX_CSV_BYTES // 1006),
-    pytest.param("\ufeffprompt_len,output_len\n" + "7,9\n" * 1000,
-                 marks=defect("a pasted CSV's BOM made its header a bad row")),
+    (" " * 95 + "7,9,0.5\n") * 20_000,  # 2 MiB of valid rows, the most a file may hold
+    "\ufeffprompt_len,output_len\n" + "7,9\n" * 1000,
     b"\xef\xbb\xbf" + b"7,9\r\n" * 1000,
 ])
 def test_large_or_marked_csv_reads_in_linear_time(data: str | bytes) -> None:
@@ -208,8 +199,7 @@ def test_large_or_marked_csv_reads_in_linear_time(data: str | bytes) -> None:
 
 @pytest.mark.parametrize("data", [
     ",\n" * (MAX_CSV_BYTES // 2), "\n" * MAX_CSV_BYTES, "1,2\n" * (MAX_CSV_BYTES // 4 + 1),
-    pytest.param("x" * MAX_CSV_BYTES, marks=defect("a 2 MiB field raised _csv.Error")),
-    pytest.param(b"\x00" * MAX_CSV_BYTES, marks=defect("2 MiB of NUL raised _csv.Error")),
+    "x" * MAX_CSV_BYTES, b"\x00" * MAX_CSV_BYTES, "1," + "9" * 5000 + "\n", "1,١٢\n", "1,²\n",
 ])
 def test_hostile_megabyte_csv_names_its_error_quickly(data: str | bytes) -> None:
     result, seconds = timed(parse_csv, data)
