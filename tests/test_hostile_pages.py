@@ -197,7 +197,6 @@ def test_plain_questions_get_the_ids_of_the_whole_template(tokenizer, question: 
 
 
 # -- the last line of defence ------------------------------------------------------------------
-@defect("an unexpected exception showed a traceback")
 def test_an_unexpected_exception_shows_a_short_message(open_app_page, monkeypatch,
                                                        caplog) -> None:
     import lab.sizing.kv_formula
@@ -213,3 +212,43 @@ def test_an_unexpected_exception_shows_a_short_message(open_app_page, monkeypatc
     assert "a bug the checks did not foresee" not in texts(at, "error", "markdown", "code")
     assert any("a bug the checks did not foresee" in r.getMessage() + str(r.exc_info)
                for r in caplog.records)
+
+
+def _guarded_script() -> None:
+    """A page under the guard that reruns once, raises on request, then stops."""
+    import streamlit as st
+    from streamlit.errors import FragmentHandledException
+
+    from ui.guard import run_guarded
+
+    def body() -> None:
+        st.session_state["runs"] = st.session_state.get("runs", 0) + 1
+        if st.session_state["runs"] == 1:
+            st.rerun()  # RerunException: must rerun, not be reported
+        st.markdown("after the rerun")
+        raising = st.session_state.get("raise")
+        if raising == "bug":
+            raise KeyError("a bug")
+        if raising == "fragment":
+            raise FragmentHandledException(ValueError("shown by its fragment already"))
+        st.stop()  # StopException: must stop, not be reported
+        st.markdown("never drawn")
+
+    run_guarded(body)
+
+
+def test_streamlits_control_flow_passes_the_guard() -> None:
+    from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
+    from streamlit.testing.v1 import AppTest
+
+    for control in (StopException, RerunException):  # what st.stop / st.rerun raise
+        assert issubclass(control, BaseException) and not issubclass(control, Exception)
+    at = AppTest.from_function(_guarded_script).run()
+    assert at.session_state["runs"] == 2 and not at.error and not at.exception
+    assert [m.value for m in at.markdown] == ["after the rerun"]
+    at.session_state["raise"] = "bug"
+    at.run()
+    assert "server log" in at.error[0].value and not at.exception
+    at.session_state["raise"] = "fragment"
+    at.run()
+    assert not at.error  # the fragment showed it; the guard does not report it again
