@@ -118,7 +118,6 @@ def test_a_fragmentation_story_too_long_is_refused_before_it_runs(open_app_page,
     assert "steps" in texts(at, "error") and time.monotonic() - start < SLOW_S
 
 
-@defect("Batch chain at its maxima took 299 s, Replay & metrics 37.5 s")
 @pytest.mark.parametrize("view", ["Replay & metrics", "Batch chain"])
 @pytest.mark.parametrize("query", [
     {"big_requests": "20000", "big_max_tokens": "4096", "big_blocks": "200000",
@@ -130,7 +129,7 @@ def test_the_scheduler_refuses_a_view_that_would_run_too_long(open_app_page, vie
     start = time.monotonic()
     at = open_app_page("pages/scheduler.py", sched_view=view, **query)
     no_traceback(at)
-    assert "iterations" in texts(at, "error") and time.monotonic() - start < SLOW_S
+    assert "Not run" in texts(at, "error") and time.monotonic() - start < SLOW_S
 
 
 # -- uploads ---------------------------------------------------------------------------------------
@@ -140,7 +139,6 @@ def upload(at, prefix: str, data: bytes):
     return at
 
 
-@defect("an 80 KB CSV in the step view: 18-23 s to show and ~1.8 GiB of frames")
 def test_the_step_view_refuses_a_workload_larger_than_it_shows(open_app_page) -> None:
     start = time.monotonic()
     at = upload(open_app_page("pages/scheduler.py"), "step", b"5,5\n" * 20_000)
