@@ -10,6 +10,7 @@ value was refused, the page is exactly its default.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -88,3 +89,53 @@ def test_a_crafted_link_is_refused_by_name_and_the_page_keeps_its_defaults(open_
             assert same_value(asked, shown[name]), (name, asked, shown[name])
     if refused == set(query):
         assert shown == shown_by_default
+
+
+# The issue's crafted links, one by one (they raised before ui/state.py parsed links at the edge).
+ISSUE_LINKS = [
+    ("pages/home.py", {"seed": "inf"}), ("pages/home.py", {"seed": "-inf"}),
+    ("pages/home.py", {"seed": "1e400"}), ("pages/home.py", {"seed": "abc"}),
+    ("pages/block_tables.py", {"num_blocks": "inf"}), ("pages/calculator.py", {"layers": "inf"}),
+    ("pages/attention.py", {"seq": ""}), ("pages/attention.py", {"head": ""}),
+    ("pages/copy_on_write.py", {"mode": ""}), ("pages/scheduler.py", {"sched_view": ""}),
+    ("pages/model.py", {"model_block_size": ""}),
+]
+
+
+@pytest.mark.parametrize("page, query", ISSUE_LINKS)
+def test_the_issues_links_are_refused_by_name(open_app_page, page: str,
+                                              query: dict[str, str]) -> None:
+    at = open_app_page(page, **query)
+    assert not at.exception, [e.value for e in at.exception]
+    warning = "\n".join(str(w.value) for w in at.warning)
+    (name,) = query
+    assert f"`{name}=" in warning and "expected" in warning
+    assert copy_link(at)[name] == defaults(open_app_page, page, ())[name]
+
+
+_RANGE = re.compile(r"`(\w+)=[^`]*` was ignored: expected a (?:whole )?number from "
+                    r"(-?[\d,.]+) to (-?[\d,.]+)")
+
+
+def ranges(open_app_page, page: str, view: tuple[tuple[str, str], ...]) -> dict[str, tuple]:
+    """Each number setting's (min, max), read off the page's own refusal of a non-number."""
+    names = set(defaults(open_app_page, page, view)) - set(dict(view))
+    at = open_app_page(page, **dict(view), **dict.fromkeys(names, "x"))
+    warning = "\n".join(str(w.value) for w in at.warning)
+    return {m[1]: (m[2].replace(",", ""), m[3].replace(",", ""))
+            for m in _RANGE.finditer(warning)}
+
+
+@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("corner", [0, 1], ids=["min", "max"])
+def test_every_number_setting_at_its_corner(open_app_page, page: str, corner: int) -> None:
+    """Every number setting at its minimum, or at its maximum, at once: accepted, and the page
+    draws or says why the combination cannot run (no traceback, no freeze)."""
+    for view in contexts(page):
+        corners = {name: bounds[corner]
+                   for name, bounds in ranges(open_app_page, page, view).items()
+                   if name != "seed"}
+        at = open_app_page(page, **dict(view), **corners)
+        assert not at.exception, (view, corners, [e.value for e in at.exception])
+        assert not at.warning or "was ignored" not in "\n".join(str(w.value)
+                                                                for w in at.warning)

@@ -20,11 +20,6 @@ from tests.hostile_server import SECRET, hostile_server
 SLOW_S = 20.0  # a refused setting answers well within this on a loaded machine (they took 30-300 s)
 
 
-def defect(reason: str) -> pytest.MarkDecorator:
-    """A defect issue 14 lists, reproduced here before its fix."""
-    return pytest.mark.xfail(strict=True, reason=f"issue 14: {reason}")
-
-
 def texts(at, *kinds: str) -> str:
     return "\n".join(str(e.value) for kind in kinds for e in getattr(at, kind))
 
@@ -130,6 +125,15 @@ def test_the_scheduler_refuses_a_view_that_would_run_too_long(open_app_page, vie
     at = open_app_page("pages/scheduler.py", sched_view=view, **query)
     no_traceback(at)
     assert "Not run" in texts(at, "error") and time.monotonic() - start < SLOW_S
+
+
+def test_the_sweeps_refuse_their_maxima_when_asked(open_app_page) -> None:
+    at = open_app_page("pages/scheduler.py", sched_view="Sweeps", big_requests="20000",
+                       big_seats="1", big_budget="1")
+    for button in ("sched_sweep_bs", "sched_sweep_pool"):
+        at.button(key=button).click().run()
+        no_traceback(at)
+    assert texts(at, "error").count("Not run") == 2
 
 
 # -- uploads ---------------------------------------------------------------------------------------
