@@ -241,6 +241,8 @@ def fetch_metrics(url: str, *, mode: FetchMode | None = None, timeout: float = F
             if time.monotonic() >= deadline:
                 raise _Unreadable("past the deadline")
             status, location, body = _get(target, deadline, max_bytes)
+            if time.monotonic() >= deadline:  # the watchdog cut it: what came is not all
+                raise _Unreadable("the deadline passed")
             if status in _REDIRECTS and location:
                 target = _redirect(where, urljoin(target.url, location), mode, resolve)
                 continue
