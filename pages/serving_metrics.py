@@ -23,10 +23,11 @@ from lab.vllm.fetch import (
     turned_off_reason,
 )
 from lab.vllm.log_check import check_log, guess_preset
-from lab.vllm.metrics_text import MetricsError, engine_view, parse_prometheus
+from lab.vllm.metrics_text import EngineView, MetricsError, engine_view, parse_prometheus
 from lab.vllm.startup_log import LogError, parse_startup_log
 from ui.chapters import chapter_strip
 from ui.layout import explain, show_figure
+from ui.memo import per_user
 from ui.sidebar import sidebar
 
 sidebar()
@@ -79,13 +80,19 @@ if url_col.button("Fetch", key="vllm_fetch", disabled=off is not None or not url
         url_col.error(str(err), icon=":material/language:")
 source = text.strip() or st.session_state.get("vllm_fetched", "")
 
-if source:
+def _read(text: str) -> tuple[EngineView | None, str | None]:
     try:
-        view = engine_view(parse_prometheus(source))
+        return engine_view(parse_prometheus(text)), None
     except MetricsError as err:
-        st.error(f"This text cannot be read as Prometheus metrics: {err}",
+        return None, str(err)
+
+
+if source:
+    # Read once per text, not on every rerun: 4 MiB of samples take seconds to parse.
+    view, problem = per_user("_vllm_view", source, lambda: _read(source))
+    if problem is not None:
+        st.error(f"This text cannot be read as Prometheus metrics: {problem}",
                  icon=":material/monitoring:")
-        view = None
     if view is not None:
         if view.model_names:
             st.caption("Model: " + ", ".join(view.model_names))

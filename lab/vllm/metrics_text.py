@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import NamedTuple
 
 MAX_TEXT_BYTES = 4 << 20  # 4 MiB: a busy server's /metrics is tens of KiB
@@ -33,10 +35,13 @@ class MetricsError(ValueError):
     none)."""
 
 
-class Sample(NamedTuple):  # a tuple: a million samples build in a fraction of a second
+class Sample(NamedTuple):  # a tuple: a million samples build fast and hold ~100 B each
     name: str
-    labels: dict[str, str]
+    labels: Mapping[str, str]
     value: float
+
+
+_NO_LABELS: Mapping[str, str] = MappingProxyType({})  # shared by every sample without labels
 
 
 @dataclass
@@ -106,6 +111,16 @@ def _fields(line: str, line_no: int) -> tuple[str, str | None, str]:
     return m.group(1), m.group(2), m.group(3)
 
 
+def _lines(text: str) -> Iterator[str]:
+    """The text's lines one at a time (str.splitlines would hold a million strings at once)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        yield text[start:end]
+        start = end + 1
+
+
 def _family_of(name: str, families: dict[str, Family]) -> Family:
     """Histogram and summary samples (_bucket, _sum, _count) belong to their base family."""
     for suffix in _SUFFIXES:
@@ -120,8 +135,9 @@ def parse_prometheus(text: str) -> dict[str, Family]:
     if len(text) > MAX_TEXT_BYTES or len(text.encode("utf-8", "replace")) > MAX_TEXT_BYTES:
         raise MetricsError(f"the text is larger than {MAX_TEXT_BYTES >> 20} MiB")
     families: dict[str, Family] = {}
-    family_of: dict[str, Family] = {}  # sample name -> its family, while no family is added
-    for line_no, raw in enumerate(text.splitlines(), start=1):
+    # sample name -> (its family, the name's one string object), while no family is added
+    family_of: dict[str, tuple[Family, str]] = {}
+    for line_no, raw in enumerate(_lines(text), start=1):
         line = raw.strip()
         if not line:
             continue
@@ -143,17 +159,18 @@ def parse_prometheus(text: str) -> dict[str, Family]:
         except ValueError:
             raise MetricsError(f"line {line_no}: {_shown(value_text, 30)} is not a "
                                "number") from None
-        labels = _labels(label_text, line_no) if label_text else {}
+        labels = _labels(label_text, line_no) if label_text else _NO_LABELS
         if "le" in labels and name.endswith("_bucket") and not _is_bound(labels["le"]):
             raise MetricsError(f"line {line_no}: the bucket bound le={_shown(labels['le'], 30)} "
                                "is not a number or +Inf")
-        fam = family_of.get(name)
-        if fam is None:
+        known = family_of.get(name)
+        if known is None:
             before = len(families)
-            fam = family_of[name] = _family_of(name, families)
+            known = (_family_of(name, families), name)
             if len(families) != before:
                 family_of.clear()
-                family_of[name] = fam
+            family_of[name] = known
+        fam, name = known
         fam.samples.append(Sample(name, labels, value))
     if not any(f.samples for f in families.values()):
         raise MetricsError("no samples found: is this a Prometheus /metrics page?")
