@@ -28,10 +28,11 @@ SEAT_OPTIONS = (16, 32, 64, 128, 256)
 POOL_FRACTIONS = (0.25, 0.5, 1.0, 2.0, 4.0)
 ALLOCATORS = ("contiguous", "paged")
 # What a replay costs on one core (bench/RESULTS.md, "Hostile input"): CPU seconds per
-# iteration, per output token and per request; bytes held per token (each request's planned
-# token ids) and per iteration (its record and latencies) while it runs.
+# iteration, per output token and per request; bytes held while it runs per token (each
+# request's planned token ids, its blocks), per iteration (its record and latencies) and per
+# request.
 SECONDS_PER_ITERATION, SECONDS_PER_OUTPUT, SECONDS_PER_REQUEST = 36e-6, 0.6e-6, 40e-6
-BYTES_PER_TOKEN, BYTES_PER_ITERATION = 40, 450
+BYTES_PER_TOKEN, BYTES_PER_ITERATION, BYTES_PER_REQUEST = 72, 500, 1000
 MAX_VIEW_SECONDS = 12.0  # CPU seconds a view's replays may take in all (the default chain: ~10)
 MAX_REPLAY_BYTES = 256 << 20  # memory one replay may hold
 MAX_ITERATIONS = int(2 * MAX_VIEW_SECONDS / SECONDS_PER_ITERATION)  # the Budget's hard stop
@@ -89,7 +90,8 @@ def check_work(requests: Sequence[RequestSpec], configs: Sequence[SchedulerConfi
                   + SECONDS_PER_OUTPUT * sum(r.output_len for r in _served(requests, c))
                   for i, c in zip(iterations, configs))
     tokens = sum(r.total_len for r in requests)  # every arrival's token ids are drawn
-    held = BYTES_PER_TOKEN * tokens + BYTES_PER_ITERATION * max(iterations, default=0)
+    held = (BYTES_PER_TOKEN * tokens + BYTES_PER_ITERATION * max(iterations, default=0)
+            + BYTES_PER_REQUEST * len(requests))
     what = f"{len(configs)} replay(s) of {len(requests):,} requests, {tokens:,} tokens"
     if held > MAX_REPLAY_BYTES:
         raise ReplayTooLong(f"{what}: a replay would hold about {held / 2**20:,.0f} MiB, and "
