@@ -59,7 +59,9 @@ def test_the_default_views_run_and_the_issues_maxima_are_refused() -> None:
     largest = from_preset("sharegpt", 20_000, max_tokens=4096)
     with pytest.raises(ReplayTooLong, match="MiB"):  # ~10 M tokens of planned ids
         check_work(largest, [big(200_000, 512, 32768)])
-    with pytest.raises(ReplayTooLong, match="iterations"):
+    with pytest.raises(ReplayTooLong, match="iterations"):  # ~355,000 of them
+        check_work(default, [big(seats=1, budget=8)])
+    with pytest.raises(ReplayTooLong, match="MiB"):  # ~486,000 records
         check_work(default, [big(seats=1, budget=1)])
     with pytest.raises(ReplayTooLong, match="MiB"):  # a small CSV of long requests
         check_work(parse_csv("32768,32768\n" * 20_000), [big(200_000, 512, 32768)])
