@@ -150,6 +150,9 @@ def _cases():
             "max_tokens 4096, 200,000 blocks, 512 seats",
             lambda: from_preset("sharegpt", n_replay, max_tokens=4096),
             lambda r: _replay(r, big(200_000, 512, 32768))),
+        "replay-csv-80kb": ("Replay & metrics of the 80 KB CSV (20,000 requests of 5 + 5), "
+                            "the page's default pool", lambda: parse_csv(b"5,5\n" * 20_000),
+                            lambda r: _replay(r, big())),
         "chain-default": ("Batch chain, the page's default (1,000 ShareGPT-like, 2,048 blocks)",
                           lambda: from_preset("sharegpt", 1000, max_tokens=2048),
                           lambda r: _chain(r, big())),
