@@ -66,7 +66,7 @@ link_values = hostile_texts | st.lists(hostile_texts, min_size=2, max_size=3)  #
 
 
 @pytest.mark.parametrize("page", PAGES)
-@examples(6)
+@examples(8)
 @given(data=st.data())
 def test_a_crafted_link_is_refused_by_name_and_the_page_keeps_its_defaults(open_app_page,
                                                                            page: str,

@@ -32,33 +32,35 @@ def no_traceback(at) -> None:
 H = "vllm:time_to_first_token_seconds"
 
 
+def paste(open_app_page, key: str, text: str):
+    """The serving-metrics page with `text` pasted into its text area `key`: no traceback."""
+    at = open_app_page("pages/serving_metrics.py")
+    at.text_area(key=key).input(text).run()
+    no_traceback(at)
+    return at
+
+
 @pytest.mark.parametrize("text", [f'{H}_bucket{{le="+Inf"}} 1\n{H}_count NaN\n',
                                   f'{H}_bucket{{le="+Inf"}} 1\n{H}_count +Inf\n',
                                   f'{H}_bucket{{le=""}} 1\n', f'{H}_bucket{{le="abc"}} 1\n',
                                   f'{H}_bucket{{le="1"}} NaN\n{H}_bucket{{le="+Inf"}} 1e308\n'
                                   f'{H}_count 1e308\n{H}_sum -Inf\n'])
 def test_odd_histogram_numbers_show_without_a_traceback(open_app_page, text: str) -> None:
-    at = open_app_page("pages/serving_metrics.py")
-    at.text_area(key="vllm_metrics_text").input(text).run()
-    no_traceback(at)
+    at = paste(open_app_page, "vllm_metrics_text", text)
     assert at.metric or at.error
 
 
 @examples(12)
 @given(metrics_texts)
 def test_fuzzed_metrics_texts_on_the_page(open_app_page, text: str) -> None:
-    at = open_app_page("pages/serving_metrics.py")
-    at.text_area(key="vllm_metrics_text").input(text).run()
-    no_traceback(at)
+    at = paste(open_app_page, "vllm_metrics_text", text)
     assert (at.metric or at.error) if text.strip() else not at.error
 
 
 @examples(12)
 @given(log_texts)
 def test_fuzzed_startup_logs_on_the_page(open_app_page, text: str) -> None:
-    at = open_app_page("pages/serving_metrics.py")
-    at.text_area(key="vllm_log_text").input(text).run()
-    no_traceback(at)
+    at = paste(open_app_page, "vllm_log_text", text)
     assert (at.table or at.error) if text.strip() else not at.error
 
 
@@ -70,9 +72,7 @@ def test_fuzzed_startup_logs_on_the_page(open_app_page, text: str) -> None:
     "tensor_parallel_size=0 # GPU blocks: 5", "Forcing kv cache block size to 0\n# GPU blocks: 9",
 ])
 def test_logged_numbers_outside_the_widgets_ranges(open_app_page, log: str) -> None:
-    at = open_app_page("pages/serving_metrics.py")
-    at.text_area(key="vllm_log_text").input(log).run()
-    no_traceback(at)
+    at = paste(open_app_page, "vllm_log_text", log)
     assert at.table or at.error
 
 
