@@ -5,6 +5,7 @@ import streamlit as st
 
 import kernels.backend  # noqa: F401  (decides the device before Triton loads)
 from ui.chapters import pages
+from ui.guard import run_guarded
 from ui.state import CURRENT_PAGE, is_classroom
 
 # The first run of a session reads classroom mode from the link; later ones from the state.
@@ -13,4 +14,4 @@ st.set_page_config(page_title="PagedAttention Lab", page_icon="🧱", layout="wi
                    initial_sidebar_state="collapsed" if classroom else "auto")
 page = st.navigation(pages())
 st.session_state[CURRENT_PAGE] = page.url_path  # lets shared widgets notice a page switch
-page.run()
+run_guarded(page.run)  # an unforeseen exception: a short message, the traceback in the log

@@ -14,18 +14,20 @@ from lab.sizing.vllm_sheet import (
     log_lines,
     vllm_sheet_from_gpu,
 )
-from lab.vllm.log_check import check_log, guess_preset
-from lab.vllm.metrics_text import (
-    DISABLE_ENV,
+from lab.vllm.fetch import (
     FETCH_TIMEOUT_S,
-    MetricsError,
-    engine_view,
+    MODE_ENV,
+    REACHES,
     fetch_metrics,
-    parse_prometheus,
+    fetch_mode,
+    turned_off_reason,
 )
+from lab.vllm.log_check import check_log, guess_preset
+from lab.vllm.metrics_text import EngineView, MetricsError, engine_view, parse_prometheus
 from lab.vllm.startup_log import LogError, parse_startup_log
 from ui.chapters import chapter_strip
 from ui.layout import explain, show_figure
+from ui.memo import per_user
 from ui.metrics_sample import sample_button, sample_note
 from ui.sidebar import sidebar
 
@@ -42,16 +44,21 @@ explain(
 )
 
 
+def _num(x: float | None, fmt: str = ",.0f", unit: str = "") -> str:
+    """A metric as shown: any float a /metrics text may hold (NaN, ±Inf, 1e308) has a text."""
+    if x is None or math.isnan(x):
+        return "—"
+    if math.isinf(x):
+        return ("∞" if x > 0 else "−∞") + unit
+    return (format(x, fmt) if abs(x) < 1e15 else f"{x:.3g}") + unit
+
+
 def _pct(x: float | None) -> str:
-    return "—" if x is None or math.isnan(x) else f"{x:.0%}"
-
-
-def _num(x: float | None) -> str:
-    return "—" if x is None else f"{x:,.0f}"
+    return _num(None if x is None else 100 * x, ".0f", "%")
 
 
 def _ms(x: float) -> str:
-    return "—" if math.isnan(x) else f"{x * 1e3:,.1f} ms"
+    return _num(x * 1e3, ",.1f", " ms")
 
 
 st.subheader("Its /metrics")
@@ -60,26 +67,35 @@ sample_note("vllm_metrics_text")
 paste, url_col = st.columns([3, 2])
 text = paste.text_area("Paste the text of http://<server>/metrics", key="vllm_metrics_text",
                        height=180, placeholder="# HELP vllm:num_requests_running ...")
-url = url_col.text_input("…or fetch it from a URL", key="vllm_url",
+mode = fetch_mode()
+off = turned_off_reason(mode)
+url = url_col.text_input("…or fetch it from a URL", key="vllm_url", disabled=off is not None,
                          placeholder="http://localhost:8000/metrics")
-url_col.caption(f"Fetched by the lab's server (not your browser): http(s) only, "
-                f"{FETCH_TIMEOUT_S:g} s timeout, 4 MiB at most. A shared deployment can turn "
-                f"this off with {DISABLE_ENV}=1.")
-if url_col.button("Fetch", key="vllm_fetch", disabled=not url.strip()):
+url_col.caption(off or f"Fetched by the lab's server (not your browser): http(s) only, "
+                f"{REACHES[mode]}, {FETCH_TIMEOUT_S:g} s in all, 4 MiB at most. A shared "
+                f"deployment sets {MODE_ENV}=public (or off).")
+if url_col.button("Fetch", key="vllm_fetch", disabled=off is not None or not url.strip(),
+                  help=off):
     try:
-        st.session_state["vllm_fetched"] = fetch_metrics(url)
-    except MetricsError as err:
+        st.session_state["vllm_fetched"] = fetch_metrics(url, mode=mode)
+    except MetricsError as err:  # the fetch's messages never quote what the remote sent
         st.session_state.pop("vllm_fetched", None)
         url_col.error(str(err), icon=":material/language:")
 source = text.strip() or st.session_state.get("vllm_fetched", "")
 
-if source:
+def _read(text: str) -> tuple[EngineView | None, str | None]:
     try:
-        view = engine_view(parse_prometheus(source))
+        return engine_view(parse_prometheus(text)), None
     except MetricsError as err:
-        st.error(f"This text cannot be read as Prometheus metrics: {err}",
+        return None, str(err)
+
+
+if source:
+    # Read once per text, not on every rerun: 4 MiB of samples take seconds to parse.
+    view, problem = per_user("_vllm_view", source, lambda: _read(source))
+    if problem is not None:
+        st.error(f"This text cannot be read as Prometheus metrics: {problem}",
                  icon=":material/monitoring:")
-        view = None
     if view is not None:
         if view.model_names:
             st.caption("Model: " + ", ".join(view.model_names))
@@ -94,16 +110,16 @@ if source:
         rows = []
         for name, h in (("TTFT", view.ttft), (view.itl_metric or "ITL", view.itl)):
             if h is not None:
-                rows.append({"histogram": name, "count": int(h.count), "mean": _ms(h.mean),
+                rows.append({"histogram": name, "count": _num(h.count), "mean": _ms(h.mean),
                              "p50": _ms(h.quantile(0.5)), "p90": _ms(h.quantile(0.9)),
                              "p99": _ms(h.quantile(0.99))})
         lab = st.session_state.get("sched_replay")
         if lab is not None:
             s = lab[1]["paged"][0]
-            rows.append({"histogram": "the lab's last replay: TTFT", "count": s.ttft.count,
+            rows.append({"histogram": "the lab's last replay: TTFT", "count": _num(s.ttft.count),
                          "mean": _ms(s.ttft.mean), "p50": _ms(s.ttft.p50),
                          "p90": _ms(s.ttft.p90), "p99": _ms(s.ttft.p99)})
-            rows.append({"histogram": "the lab's last replay: ITL", "count": s.itl.count,
+            rows.append({"histogram": "the lab's last replay: ITL", "count": _num(s.itl.count),
                          "mean": _ms(s.itl.mean), "p50": _ms(s.itl.p50), "p90": _ms(s.itl.p90),
                          "p99": _ms(s.itl.p99)})
         if rows:

@@ -10,13 +10,8 @@ import time
 
 import pytest
 
-from lab.vllm.metrics_text import (
-    DISABLE_ENV,
-    MetricsError,
-    engine_view,
-    fetch_metrics,
-    parse_prometheus,
-)
+from lab.vllm.fetch import DISABLE_ENV, fetch_metrics
+from lab.vllm.metrics_text import MetricsError, engine_view, parse_prometheus
 from lab.vllm.startup_log import LogError, parse_startup_log
 
 # Our own fixture, in the exposition format a vLLM server uses (values made up).
@@ -144,19 +139,23 @@ def test_fetch_from_a_local_server(server, monkeypatch):
 
 
 def test_fetch_errors_are_clear(server, monkeypatch):
+    """One message for every remote failure (tests/test_hostile_fetch.py: it does not tell a
+    closed port from an error reply), naming the host and the deadline."""
     monkeypatch.delenv(DISABLE_ENV, raising=False)
-    with pytest.raises(MetricsError, match="HTTP 404"):
+    with pytest.raises(MetricsError, match="no Prometheus /metrics text from 127.0.0.1"):
         fetch_metrics(f"{server}/nothing")
-    with pytest.raises(MetricsError, match="larger than 1,000 bytes"):
+    with pytest.raises(MetricsError, match="no Prometheus /metrics text"):
         fetch_metrics(f"{server}/big", max_bytes=1000)
-    with pytest.raises(MetricsError, match="did not answer within 0.3 s"):
+    start = time.monotonic()
+    with pytest.raises(MetricsError, match="within 0.3 s"):
         fetch_metrics(f"{server}/slow", timeout=0.3)
+    assert time.monotonic() - start < 0.9
     with pytest.raises(MetricsError, match="http"):
         fetch_metrics("file:///etc/passwd")
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
-    with pytest.raises(MetricsError, match="could not reach 127.0.0.1"):
+    with pytest.raises(MetricsError, match=f"from 127.0.0.1:{closed} within"):
         fetch_metrics(f"http://127.0.0.1:{closed}/metrics")
 
 
@@ -235,8 +234,8 @@ def test_startup_log_reads_v1_and_v0_wordings():
 def test_hostile_startup_logs_read_or_fail_cleanly(text):
     try:
         log = parse_startup_log(text)
-    except LogError as err:
-        assert "no KV-cache lines" in str(err)
+    except LogError as err:  # the number is named (tests/test_hostile_parsers.py has more)
+        assert "not a number an engine logs" in str(err) or "outside what" in str(err)
     else:
         assert isinstance(log.kv_memory_gib or log.kv_cache_tokens or 0, float | int)
 

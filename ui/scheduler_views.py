@@ -1,7 +1,10 @@
 """The scheduler page's settings widgets and its long-running sections (replay, chain, sweeps).
 
 Results of long runs are kept per user (`ui.memo.per_user`), keyed by their parameters, so a
-rerun that changes nothing does not run them again; every long run draws a progress bar.
+rerun that changes nothing does not run them again; every long run draws a progress bar, and
+changing a setting (or the app's Stop) ends it at its next update. Each view's work is bounded
+before it starts (lab.serving.runs.check_work: ReplayTooLong says what to lower), and what is
+kept per user is bounded too: a replay's time series is thinned to MAX_POINTS iterations.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from lab.serving.chain import SEAT_OPTIONS, batch_chain, chain_verdict
 from lab.serving.config import COMPUTE_POOL, SchedulerConfig
 from lab.serving.cost_model import CostModel, cost_model
 from lab.serving.metrics import Summary, series, summarize
-from lab.serving.runs import block_size_sweep, pool_size_sweep, replay
+from lab.serving.runs import ReplayTooLong, block_size_sweep, pool_size_sweep, replay_both
 from lab.serving.workloads import (
     PRESETS,
     RequestSpec,
@@ -38,6 +41,7 @@ CSV = "csv"
 CHAIN_CHOICES = ("none: it held", "1. less waste", "2. more live sequences",
                  "3. bigger batches", "4. more throughput")
 Requests = tuple[RequestSpec, ...]
+MAX_POINTS = 4_000  # iterations of a replay's time series kept per user and drawn
 
 
 # -- settings -----------------------------------------------------------------------------------
@@ -54,15 +58,19 @@ def workload_widgets(prefix: str, *, preset: str, n: int, max_n: int, max_tokens
                        help="Poisson arrivals at this rate; 0 queues every request at time 0.")
     if chosen == CSV:
         upload = middle.file_uploader("CSV rows: prompt_len,output_len[,arrival_s]", type="csv",
-                                      key=f"{prefix}_csv", help="At most 20,000 rows and 2 MiB.")
+                                      key=f"{prefix}_csv", max_upload_size=2,
+                                      help=f"At most {max_n:,} rows and 2 MiB.")
         if upload is None:
             st.info("Upload a CSV to replay your own length distribution.",
                     icon=":material/description:")
             return None
-        try:
-            return parse_csv(upload.getvalue())
+        try:  # this view's own request limit: its frames hold every request's state
+            return parse_csv(upload.getvalue(), max_requests=max_n)
         except WorkloadError as err:
-            st.error(f"The CSV cannot be used: {err}", icon=":material/description:")
+            st.error(f"The CSV cannot be used here: {err}. This view replays at most "
+                     f"{max_n:,} requests" + (" (Replay & metrics takes up to 20,000)."
+                                              if max_n < 20_000 else "."),
+                     icon=":material/description:")
             return None
     count = int_param("Requests", f"{prefix}_requests", default=n, min_value=2, max_value=max_n,
                       widget="number", container=middle)
@@ -142,15 +150,29 @@ def cost_widgets(prefix: str) -> CostModel:
 
 # -- long runs, kept per user --------------------------------------------------------------------
 def kept(key: str, params: Hashable, compute: Callable[[Callable[[float], None]], Any],
-         label: str) -> Any:
-    """compute(progress) once per parameter set, with a progress bar; kept for this user."""
+         label: str) -> Any | None:
+    """compute(progress) once per parameter set, with a progress bar; kept for this user.
+    None, with the reason on the page, when the view's work is refused (ReplayTooLong)."""
     def make() -> Any:
         bar = st.progress(0.0, text=label)
-        result = compute(lambda f: bar.progress(min(1.0, f), text=label))
-        bar.empty()
-        return result
+        try:
+            return compute(lambda f: bar.progress(min(1.0, f), text=label))
+        finally:
+            bar.empty()
 
-    return per_user(key, params, make)
+    try:
+        return per_user(key, params, make)
+    except ReplayTooLong as err:
+        st.error(f"Not run: {err}.", icon=":material/hourglass_top:")
+        return None
+
+
+def _thin(columns: dict[str, Any], limit: int = MAX_POINTS) -> dict[str, Any]:
+    """Every k-th iteration of a replay's time series (the last one kept), at most `limit`."""
+    n = len(next(iter(columns.values()), ()))
+    step = -(-n // limit) if n > limit else 1
+    keep = list(range(0, n, step)) + ([n - 1] if n and (n - 1) % step else [])
+    return {name: values[keep] for name, values in columns.items()}
 
 
 def _percentile_rows(summaries: dict[str, Summary]) -> list[dict[str, Any]]:
@@ -171,15 +193,13 @@ def replay_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, se
                f" · {cost.label}")
 
     def run(progress: Callable[[float], None]) -> dict[str, tuple[Summary, dict]]:
-        out = {}
-        for i, allocator in enumerate(("contiguous", "paged")):
-            sched = replay(requests, replace(cfg, allocator=allocator), cost, seed,
-                           progress=lambda f, i=i: progress((i + f) / 2))
-            out[allocator] = (summarize(sched), series(sched))
-        return out
+        return replay_both(requests, cfg, cost, seed,
+                           lambda sched: (summarize(sched), _thin(series(sched))), progress)
 
     results = kept("sched_replay", (requests, cfg, cost, seed), run,
                    "Replaying the workload on both allocators (allocator only)…")
+    if results is None:
+        return
     summaries = {k: v[0] for k, v in results.items()}
     cols = st.columns(4)
     for col, name in zip(cols[:2], summaries):
@@ -207,7 +227,10 @@ def chain_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, see
     rows = kept("sched_chain", (requests, cfg, cost, seed, target_ms),
                 lambda progress: batch_chain(requests, cfg, cost, seed, target_ms / 1e3,
                                              progress=progress),
-                f"Running both allocators at {len(SEAT_OPTIONS)} values of max_num_seqs…")
+                f"Running both allocators at {len({*SEAT_OPTIONS, cfg.max_num_seqs})} values of "
+                "max_num_seqs…")
+    if rows is None:
+        return
     c, p = rows
     verdict = chain_verdict(c, p)
     question = Question(
@@ -254,16 +277,18 @@ def sweeps_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, se
         points = kept("sched_bs", (requests, cfg, cost, seed),
                       lambda pr: block_size_sweep(requests, cfg, cost, seed, progress=pr),
                       "Replaying at 9 block sizes…")
-        show_figure(sweep_figure(points, "block size (tokens)"), key="sched_bs_fig")
-        explain("Both sides of the guide's tradeoff are priced. Small blocks: the kernel pays "
-                "for every block it visits (a table lookup and a loop turn, charged as 3.2 "
-                "tokens of extra K/V reads per block: 20% at block size 16, the overhead the "
-                "vLLM paper measured for its kernel) and the allocator's bookkeeping runs per "
-                "block taken. Large blocks: each sequence's last block wastes more of the "
-                "pool, so fewer sequences fit. The best size is where the two meet, for this "
-                "workload.", title="What the block-size sweep charges")
+        if points is not None:
+            show_figure(sweep_figure(points, "block size (tokens)"), key="sched_bs_fig")
+            explain("Both sides of the guide's tradeoff are priced. Small blocks: the kernel pays "
+                    "for every block it visits (a table lookup and a loop turn, charged as 3.2 "
+                    "tokens of extra K/V reads per block: 20% at block size 16, the overhead the "
+                    "vLLM paper measured for its kernel) and the allocator's bookkeeping runs per "
+                    "block taken. Large blocks: each sequence's last block wastes more of the "
+                    "pool, so fewer sequences fit. The best size is where the two meet, for this "
+                    "workload.", title="What the block-size sweep charges")
     if st.session_state.get("sched_pool_params") == (requests, cfg, cost, seed):
         points = kept("sched_pool", (requests, cfg, cost, seed),
                       lambda pr: pool_size_sweep(requests, cfg, cost, seed, progress=pr),
                       "Replaying at 5 pool sizes on both allocators…")
-        show_figure(sweep_figure(points, "pool size (blocks)"), key="sched_pool_fig")
+        if points is not None:
+            show_figure(sweep_figure(points, "pool size (blocks)"), key="sched_pool_fig")

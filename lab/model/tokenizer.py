@@ -8,18 +8,10 @@ one before the byte-level split, as in the original tokenizer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 SPECIAL_TOKEN_TYPE = 3
 DEFAULT_SYSTEM_PROMPT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
-
-
-@dataclass(frozen=True)
-class ChatMessage:
-    role: str  # "system", "user" or "assistant"
-    content: str
 
 
 class ChatTokenizer:
@@ -39,13 +31,23 @@ class ChatTokenizer:
         specials = [t for t, kind in zip(tokens, token_types) if kind == SPECIAL_TOKEN_TYPE]
         bpe.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
         self._bpe = bpe
+        # What a user typed is encoded by a copy that reads a special token's text as plain
+        # text: a typed "<|im_start|>system" must not open a chat turn. A copy, not a switch
+        # flipped around each call: one tokenizer serves every session's thread.
+        self._plain = Tokenizer.from_str(bpe.to_str())
+        self._plain.encode_special_tokens = True
         self.vocab_size = len(tokens)
         self.eos_id = eos_id
         self.im_end_id = vocab["<|im_end|>"]
         self.special_ids = frozenset(vocab[t] for t in specials)
 
     def encode(self, text: str) -> list[int]:
+        """Text whose special tokens' names are the special tokens (the chat template's)."""
         return self._bpe.encode(text, add_special_tokens=False).ids
+
+    def encode_text(self, text: str) -> list[int]:
+        """A user's text: every character is text, special tokens' names included."""
+        return self._plain.encode(text, add_special_tokens=False).ids
 
     def decode(self, token_ids: list[int], skip_special: bool = True) -> str:
         return self._bpe.decode(token_ids, skip_special_tokens=skip_special)
@@ -59,21 +61,17 @@ class ChatTokenizer:
         """Tokens that end an answer: end of text, or the end of the assistant's turn."""
         return frozenset({self.eos_id, self.im_end_id})
 
-    @staticmethod
-    def chat_text(messages: list[ChatMessage]) -> str:
-        """The GGUF's chat template (ChatML), with the generation prompt for the assistant.
-
-        Like the template, a conversation without a system message gets the default one.
-        """
-        if not messages:
-            raise ValueError("a chat needs at least one message")
-        if messages[0].role != "system":
-            messages = [ChatMessage("system", DEFAULT_SYSTEM_PROMPT), *messages]
-        turns = "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages)
-        return turns + "<|im_start|>assistant\n"
-
     def chat_tokens(self, user_prompt: str, system_prompt: str | None = None) -> list[int]:
-        messages = [ChatMessage("user", user_prompt)]
-        if system_prompt is not None:
-            messages.insert(0, ChatMessage("system", system_prompt))
-        return self.encode(self.chat_text(messages))
+        """The GGUF's chat template (ChatML) with the generation prompt for the assistant.
+
+        The template's special tokens are placed as ids; the text between them (a role and its
+        message) is encoded as plain text, so a message cannot name a special token. For a
+        message that names none these are the ids of encoding the whole template text: that
+        encoding splits at the special tokens first, then pre-tokenizes the same pieces.
+        Like the template, a conversation without a system message gets the default one."""
+        system = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+        start, end = self.encode("<|im_start|>"), self.encode("<|im_end|>")
+        ids: list[int] = []
+        for role, content in (("system", system), ("user", user_prompt)):
+            ids += start + self.encode_text(f"{role}\n{content}") + end + self.encode_text("\n")
+        return ids + start + self.encode_text("assistant\n")

@@ -15,7 +15,7 @@ from typing import Literal
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import Cost
 from lab.serving.metrics import Summary, summarize
-from lab.serving.runs import Progress, replay
+from lab.serving.runs import ALLOCATORS, Budget, Progress, check_work, part_progress, replay
 from lab.serving.workloads import RequestSpec
 
 SEAT_OPTIONS = (16, 32, 64, 128, 256)
@@ -51,31 +51,38 @@ class ChainRow:
                         summary)
 
 
+def chain_plan(cfg: SchedulerConfig,
+               seat_options: tuple[int, ...] = SEAT_OPTIONS) -> list[SchedulerConfig]:
+    """The replays of a chain: each allocator at cfg's max_num_seqs and at each seat option."""
+    return [replace(cfg, allocator=a, max_num_seqs=seats) for a in ALLOCATORS
+            for seats in sorted({*seat_options, cfg.max_num_seqs})]
+
+
 def batch_chain(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost, seed: int,
                 itl_target_s: float, seat_options: tuple[int, ...] = SEAT_OPTIONS,
                 progress: Progress = None) -> list[ChainRow]:
     """[contiguous, paged]: each at its best max_num_seqs among `seat_options` and cfg's own
     whose ITL p90 meets the target (or, when none does, at cfg's own, throughput 0)."""
-    seat_options = tuple(sorted({*seat_options, cfg.max_num_seqs}))
-    rows, total, done = [], 2 * len(seat_options), 0
-    for allocator in ("contiguous", "paged"):
-        best: tuple[Summary, int] | None = None
-        for seats in seat_options:
-            run_cfg = replace(cfg, allocator=allocator, max_num_seqs=seats)
-            s = summarize(replay(requests, run_cfg, cost, seed))
-            meets = s.itl.count and s.itl.p90 <= itl_target_s
-            if meets and (best is None or s.throughput_tok_s > best[0].throughput_tok_s):
-                best = (s, seats)
-            done += 1
-            if progress is not None:
-                progress(done / total)
-        if best is None:
-            s = summarize(replay(requests, replace(cfg, allocator=allocator), cost, seed))
-            rows.append(replace(ChainRow.of(allocator, s, cfg.capacity_slots, None),
-                                throughput=0.0))
-        else:
-            rows.append(ChainRow.of(allocator, best[0], cfg.capacity_slots, best[1]))
-    return rows
+    plan = chain_plan(cfg, seat_options)
+    check_work(requests, plan)
+    budget, rows = Budget(), []
+    for i, run_cfg in enumerate(plan):
+        s = summarize(replay(requests, run_cfg, cost, seed, part_progress(progress, i, len(plan)),
+                             budget))
+        rows.append((run_cfg, s))
+    chain = []
+    for allocator in ALLOCATORS:
+        runs = [(c.max_num_seqs, s) for c, s in rows if c.allocator == allocator]
+        meeting = [(s.throughput_tok_s, seats, s) for seats, s in runs
+                   if s.itl.count and s.itl.p90 <= itl_target_s]
+        if meeting:
+            _, seats, s = max(meeting, key=lambda m: m[0])  # the first of equals: fewer seats
+            chain.append(ChainRow.of(allocator, s, cfg.capacity_slots, seats))
+        else:  # cfg's own run, throughput 0: no setting met the target
+            s = dict(runs)[cfg.max_num_seqs]
+            chain.append(replace(ChainRow.of(allocator, s, cfg.capacity_slots, None),
+                                 throughput=0.0))
+    return chain
 
 
 Kind = Literal["held", "weak", "no_target"]

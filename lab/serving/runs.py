@@ -1,12 +1,20 @@
-"""Whole scheduler runs: replays, and sweeps over block size and pool size (the guide's batch
-chain is in chain.py). No Streamlit here; `progress(fraction)` callbacks let a page draw a
-progress bar.
+"""Whole scheduler runs: replays on both allocators, and sweeps over block size and pool
+size (the guide's batch chain is in chain.py). No Streamlit here; `progress(fraction)`
+callbacks let a page draw a progress bar (called every 256 iterations, which is also where a
+page run can be stopped).
+
+A page's view is bounded before it starts: `check_work` refuses runs whose time on one core or
+whose memory, by the cost model below (fitted on this machine, bench/hostile.py), pass what
+one view may take; a `Budget` of iterations stops them (ReplayTooLong) should the estimate
+be low (a preemption storm).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import Cost
@@ -14,8 +22,92 @@ from lab.serving.metrics import summarize
 from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import RequestSpec
 
+T = TypeVar("T")
 Progress = Callable[[float], None] | None
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+POOL_FRACTIONS = (0.25, 0.5, 1.0, 2.0, 4.0)
+ALLOCATORS = ("contiguous", "paged")
+# What a replay costs on one core (bench/RESULTS.md, "Hostile input"): CPU seconds per
+# iteration, per output token and per request; bytes held while it runs per token (each
+# request's planned token ids, its blocks), per iteration (its record and latencies) and per
+# request.
+SECONDS_PER_ITERATION, SECONDS_PER_OUTPUT, SECONDS_PER_REQUEST = 36e-6, 0.6e-6, 40e-6
+BYTES_PER_TOKEN, BYTES_PER_ITERATION, BYTES_PER_REQUEST = 72, 500, 1000
+MAX_VIEW_SECONDS = 12.0  # CPU seconds a view's replays may take in all (the default chain: ~10)
+MAX_REPLAY_BYTES = 256 << 20  # memory one replay may hold
+MAX_ITERATIONS = int(2 * MAX_VIEW_SECONDS / SECONDS_PER_ITERATION)  # the Budget's hard stop
+
+
+class ReplayTooLong(ValueError):
+    """Replays that would run, or ran, past what a view may (the message says what to lower)."""
+
+
+@dataclass
+class Budget:
+    """Iterations the replays of one view may still run."""
+
+    left: int = MAX_ITERATIONS
+
+    def spend(self, sched: Scheduler) -> None:
+        self.left -= sched.iteration
+        if not sched.done:
+            raise ReplayTooLong(f"the replays passed {MAX_ITERATIONS:,} scheduler iterations "
+                                "before they served every request: fewer requests, a larger "
+                                "pool, token budget or max_num_seqs")
+
+
+def _served(requests: Sequence[RequestSpec], cfg: SchedulerConfig) -> list[RequestSpec]:
+    """The requests that fit the pool alone (the others are rejected when they arrive)."""
+    return [r for r in requests if r.prompt_len + (r.max_tokens or r.output_len)
+            <= cfg.capacity_slots]
+
+
+def likely_iterations(requests: Sequence[RequestSpec], cfg: SchedulerConfig) -> int:
+    """About how many iterations a replay takes (bench/hostile.py sets it beside real ones):
+    every output token needs an iteration of its request, shared by as many requests as run at
+    once (max_num_seqs, or the pool over an average request's footprint: prompt plus output,
+    or plus max_tokens for the contiguous allocator, which reserves it), and the longest
+    output needs one iteration per token whatever else runs; prompts go through the token
+    budget."""
+    served = _served(requests, cfg)
+    if not served:
+        return 0
+    reserves = cfg.allocator == "contiguous"
+    held = sum(r.prompt_len + (r.max_tokens or r.output_len if reserves else r.output_len)
+               for r in served)
+    concurrent = max(1.0, min(cfg.max_num_seqs, cfg.capacity_slots * len(served) / held))
+    outputs = sum(r.output_len for r in served)
+    prompts = sum(r.prompt_len for r in served)
+    longest = max(r.output_len for r in served)
+    return math.ceil(max(outputs / concurrent, longest) + prompts / cfg.max_num_batched_tokens)
+
+
+def check_work(requests: Sequence[RequestSpec], configs: Sequence[SchedulerConfig]) -> float:
+    """The CPU seconds replaying `requests` on each config would take, or ReplayTooLong when
+    that, or the memory of the largest replay, is more than a view may take."""
+    iterations = [likely_iterations(requests, c) for c in configs]
+    seconds = sum(SECONDS_PER_ITERATION * i + SECONDS_PER_REQUEST * len(requests)
+                  + SECONDS_PER_OUTPUT * sum(r.output_len for r in _served(requests, c))
+                  for i, c in zip(iterations, configs))
+    tokens = sum(r.total_len for r in requests)  # every arrival's token ids are drawn
+    held = (BYTES_PER_TOKEN * tokens + BYTES_PER_ITERATION * max(iterations, default=0)
+            + BYTES_PER_REQUEST * len(requests))
+    what = f"{len(configs)} replay(s) of {len(requests):,} requests, {tokens:,} tokens"
+    if held > MAX_REPLAY_BYTES:
+        raise ReplayTooLong(f"{what}: a replay would hold about {held / 2**20:,.0f} MiB, and "
+                            f"one may hold {MAX_REPLAY_BYTES >> 20} MiB: fewer or shorter "
+                            "requests (a lower max_tokens)")
+    if seconds > MAX_VIEW_SECONDS:
+        raise ReplayTooLong(f"{what}, about {sum(iterations):,} scheduler iterations: about "
+                            f"{seconds:,.0f} s of the server's time, and a view may take "
+                            f"{MAX_VIEW_SECONDS:g} s: fewer requests, a lower max_tokens, a "
+                            "larger token budget, more max_num_seqs or a larger pool")
+    return seconds
+
+
+def part_progress(progress: Progress, done: int, total: int) -> Progress:
+    """The progress of one replay among `total`, as a fraction of all of them."""
+    return None if progress is None else (lambda f: progress((done + f) / total))
 
 
 def run(sched: Scheduler, max_iterations: int | None = None, progress: Progress = None) -> None:
@@ -28,11 +120,25 @@ def run(sched: Scheduler, max_iterations: int | None = None, progress: Progress 
 
 
 def replay(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost, seed: int,
-           progress: Progress = None) -> Scheduler:
-    """A full allocator-only run (no tensors, no decision text)."""
+           progress: Progress = None, budget: Budget | None = None) -> Scheduler:
+    """A full allocator-only run (no tensors, no decision text), within `budget` if given."""
     sched = Scheduler(requests, replace(cfg, compute=False, explain=False), cost, seed)
-    run(sched, progress=progress)
+    run(sched, None if budget is None else max(0, budget.left), progress)
+    if budget is not None:
+        budget.spend(sched)
     return sched
+
+
+def replay_both(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost, seed: int,
+                keep: Callable[[Scheduler], T], progress: Progress = None) -> dict[str, T]:
+    """keep(the replay) on each allocator, checked and budgeted as one view; each replay is
+    reduced to what `keep` returns before the next starts (one is in memory at a time)."""
+    configs = {a: replace(cfg, allocator=a) for a in ALLOCATORS}
+    check_work(requests, list(configs.values()))
+    budget = Budget()
+    return {a: keep(replay(requests, c, cost, seed, part_progress(progress, i, len(configs)),
+                           budget))
+            for i, (a, c) in enumerate(configs.items())}
 
 
 @dataclass(frozen=True)
@@ -51,14 +157,14 @@ class SweepPoint:
 
 def _sweep(requests, configs: list[SchedulerConfig], xs: list[int], cost: Cost, seed: int,
            progress: Progress) -> list[SweepPoint]:
-    points = []
+    check_work(requests, configs)
+    points, budget = [], Budget()
     for i, (x, c) in enumerate(zip(xs, configs)):
-        s = summarize(replay(requests, c, cost, seed))
+        s = summarize(replay(requests, c, cost, seed, part_progress(progress, i, len(configs)),
+                             budget))
         points.append(SweepPoint(c.allocator, x, c.num_blocks, c.block_size, s.throughput_tok_s,
                                  s.mean_waste_slots / c.capacity_slots, s.preemptions,
                                  s.finished, s.rejected, s.ttft.p90))
-        if progress is not None:
-            progress((i + 1) / len(configs))
     return points
 
 
@@ -73,11 +179,11 @@ def block_size_sweep(requests, cfg: SchedulerConfig, cost: Cost, seed: int,
 
 
 def pool_size_sweep(requests, cfg: SchedulerConfig, cost: Cost, seed: int,
-                    fractions: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0),
+                    fractions: tuple[float, ...] = POOL_FRACTIONS,
                     progress: Progress = None) -> list[SweepPoint]:
     """Both allocators on pools of `fractions` x cfg's blocks."""
     configs, xs = [], []
-    for allocator in ("contiguous", "paged"):
+    for allocator in ALLOCATORS:
         for f in fractions:
             blocks = max(1, round(cfg.num_blocks * f))
             configs.append(replace(cfg.with_pool(num_blocks=blocks), allocator=allocator))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -145,11 +146,14 @@ def with_priorities(requests: tuple[RequestSpec, ...], urgent_share: float, *,
     return tuple(replace(r, priority=0 if u else 1) for r, u in zip(requests, urgent))
 
 
-def parse_csv(data: str | bytes, *, max_tokens: int | None = None) -> tuple[RequestSpec, ...]:
+def parse_csv(data: str | bytes, *, max_tokens: int | None = None,
+              max_requests: int = MAX_REQUESTS) -> tuple[RequestSpec, ...]:
     """Requests from `prompt_len,output_len[,arrival_s]` rows (an optional header row).
 
-    Every bad row is reported (up to MAX_CSV_ERRORS) in one WorkloadError. Requests are
-    ordered by arrival; max_tokens defaults to the longest output in the file.
+    Every bad row is reported (up to MAX_CSV_ERRORS) in one WorkloadError, and so is text the
+    csv module cannot read (a NUL, a field past its limit). Reading stops at the first row past
+    `max_requests`. Requests are ordered by arrival; max_tokens defaults to the longest output
+    in the file. A UTF-8 byte-order mark (bytes or text) is dropped.
     """
     if len(data) > MAX_CSV_BYTES:
         raise WorkloadError(f"the file has {len(data):,} bytes; the limit is {MAX_CSV_BYTES:,}")
@@ -158,13 +162,9 @@ def parse_csv(data: str | bytes, *, max_tokens: int | None = None) -> tuple[Requ
             data = data.decode("utf-8-sig")
         except UnicodeDecodeError as err:
             raise WorkloadError(f"the file is not UTF-8 text (byte {err.start})") from None
-    rows = [r for r in csv.reader(io.StringIO(data)) if any(cell.strip() for cell in r)]
-    if rows and rows[0] and rows[0][0].strip().lower() == "prompt_len":
-        rows = rows[1:]
+    rows = _rows(data.removeprefix("\ufeff"), max_requests)
     if not rows:
         raise WorkloadError("no rows: expected lines of prompt_len,output_len[,arrival_s]")
-    if len(rows) > MAX_REQUESTS:
-        raise WorkloadError(f"{len(rows):,} rows; the limit is {MAX_REQUESTS:,} requests")
     parsed, errors = [], []
     for number, row in enumerate(rows, start=1):
         try:
@@ -182,6 +182,30 @@ def parse_csv(data: str | bytes, *, max_tokens: int | None = None) -> tuple[Requ
     return tuple(RequestSpec(i, p, o, t, 0, ceiling) for i, (p, o, t) in enumerate(parsed))
 
 
+def _rows(text: str, max_requests: int) -> list[list[str]]:
+    """The non-empty rows after an optional header, or WorkloadError; newline="" lets the csv
+    module read \r, \n and \r\n endings itself (a lone \r in a field no longer raises)."""
+    reader, rows = csv.reader(io.StringIO(text, newline="")), []
+    try:
+        for row in reader:
+            if not any(cell.strip() for cell in row):
+                continue
+            if not rows and row and row[0].strip().lower() == "prompt_len":
+                rows.append(None)  # the header: kept out of the count below
+                continue
+            rows.append(row)
+            if len(rows) - (rows[0] is None) > max_requests:
+                raise WorkloadError(f"more than {max_requests:,} rows; the limit is "
+                                    f"{max_requests:,} requests")
+    except csv.Error as err:
+        raise WorkloadError(f"row {len(rows) + 1} (line {reader.line_num}) cannot be read as "
+                            f"CSV: {err}") from None
+    return [r for r in rows if r is not None]
+
+
+_SECONDS = re.compile(r"[+]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d{1,3})?", re.ASCII)
+
+
 def _parse_row(row: list[str]) -> tuple[int, int, float]:
     if len(row) not in (2, 3):
         raise ValueError(f"expected 2 or 3 values (prompt_len,output_len[,arrival_s]), "
@@ -189,17 +213,18 @@ def _parse_row(row: list[str]) -> tuple[int, int, float]:
     lengths = []
     for name, cell in zip(("prompt_len", "output_len"), row):
         text = cell.strip()
-        if not text.isdigit() or not 1 <= int(text) <= MAX_LEN:
+        # ASCII digits only ("²" and "١٢" are digits to str.isdigit), and few enough of them.
+        if not (text.isascii() and text.isdigit() and len(text) <= 6
+                and 1 <= int(text) <= MAX_LEN):
             raise ValueError(f"{name} must be a whole number from 1 to {MAX_LEN:,}, "
                              f"got {text[:20]!r}")
         lengths.append(int(text))
     arrival = 0.0
     if len(row) == 3:
-        try:
-            arrival = float(row[2].strip())
-        except ValueError:
-            raise ValueError(f"arrival_s must be a number of seconds, got "
-                             f"{row[2].strip()[:20]!r}") from None
+        text = row[2].strip()
+        if not (len(text) <= 40 and _SECONDS.fullmatch(text)):
+            raise ValueError(f"arrival_s must be a number of seconds, got {text[:20]!r}")
+        arrival = float(text)
         if not math.isfinite(arrival) or not 0 <= arrival <= 1e7:
             raise ValueError(f"arrival_s must be between 0 and 10,000,000, got {arrival}")
     return lengths[0], lengths[1], arrival

@@ -29,10 +29,12 @@ def read_hf_config(data: str | bytes, name: str = "config.json") -> ModelSpec:
         raise ConfigError({"file": f"{len(data):,} bytes; the limit is {MAX_CONFIG_BYTES:,}"})
     if isinstance(data, bytes):
         try:
-            data = data.decode("utf-8")
+            data = data.decode("utf-8-sig")  # a byte-order mark, as Windows editors save it
         except UnicodeDecodeError as err:
             raise ConfigError({"file": f"not UTF-8 text ({err.reason} at byte {err.start})"}) \
                 from None
+    else:
+        data = data.removeprefix("\ufeff")
     try:
         config = json.loads(data, parse_constant=_refuse_constant, parse_int=_bounded_int)
     except RecursionError:

@@ -1,42 +1,47 @@
-"""Read a real vLLM server: its Prometheus `/metrics` text, and the KV lines of its startup log.
+"""Read a real vLLM server's Prometheus `/metrics` text, treating it as hostile.
 
 `parse_prometheus` reads the text exposition format (HELP/TYPE comments, samples with labels,
-+Inf/NaN values); `engine_view` picks out what the guide says to watch, under the current
-metric names and the older ones (vllm:gpu_cache_usage_perc before vllm:kv_cache_usage_perc,
-vllm:time_per_output_token_seconds before vllm:inter_token_latency_seconds).
-
-`fetch_metrics` fetches a URL *from the server the lab runs on*: http(s) only, a short timeout,
-a size cap, and it is refused entirely when PAGED_LAB_DISABLE_URL_FETCH=1 is set.
++Inf/NaN values) in one pass, linear in the text: numbers must be Prometheus numbers (ASCII
+digits, `+Inf`, `NaN`; Python's wider float() syntax is refused), a histogram bucket's `le` bound
+must be one, and the first line it cannot read is named. `engine_view` picks out what the guide
+says to watch, under the current metric names and the older ones (vllm:gpu_cache_usage_perc
+before vllm:kv_cache_usage_perc, vllm:time_per_output_token_seconds before
+vllm:inter_token_latency_seconds). Fetching the text from a URL is `lab.vllm.fetch`.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
-import urllib.error
-import urllib.request
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from types import MappingProxyType
+from typing import NamedTuple
 
 MAX_TEXT_BYTES = 4 << 20  # 4 MiB: a busy server's /metrics is tens of KiB
-FETCH_TIMEOUT_S = 3.0
-DISABLE_ENV = "PAGED_LAB_DISABLE_URL_FETCH"
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+-?\d+)?\s*$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+-?\d+)?\s*")
+# A label value's characters are matched possessively: a value of a million escapes is read
+# in one pass, with nothing to backtrack into.
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:\\.|[^"\\])*+)"\s*,?')
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+_SPECIAL = {"+inf": math.inf, "inf": math.inf, "-inf": -math.inf, "nan": math.nan,
+            "+nan": math.nan, "-nan": math.nan}
+_SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created")
 
 
 class MetricsError(ValueError):
-    """Text that is not in the Prometheus format, or a URL that cannot be fetched."""
+    """Text that is not in the Prometheus format (or, from lab.vllm.fetch, a URL that gave
+    none)."""
 
 
-@dataclass(frozen=True)
-class Sample:
+class Sample(NamedTuple):  # a tuple: a million samples build fast and hold ~100 B each
     name: str
-    labels: dict[str, str]
+    labels: Mapping[str, str]
     value: float
+
+
+_NO_LABELS: Mapping[str, str] = MappingProxyType({})  # shared by every sample without labels
 
 
 @dataclass
@@ -47,11 +52,26 @@ class Family:
     samples: list[Sample] = field(default_factory=list)
 
 
-def _value(text: str) -> float:
-    special = {"+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
-    if text in special:
-        return special[text]
-    return float(text)
+def prometheus_number(text: str) -> float:
+    """A sample value or bucket bound as Prometheus writes it; ValueError otherwise."""
+    special = _SPECIAL.get(text.lower())
+    if special is not None:
+        return special
+    if not _NUMBER.fullmatch(text):
+        raise ValueError(text)
+    return float(text)  # 1e400 is +Inf, as Prometheus reads it
+
+
+def _is_bound(text: str) -> bool:
+    """A histogram bucket's upper bound: a number or +Inf (NaN bounds nothing)."""
+    try:
+        return not math.isnan(prometheus_number(text))
+    except ValueError:
+        return False
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "…")
 
 
 def _labels(text: str, line_no: int) -> dict[str, str]:
@@ -59,15 +79,51 @@ def _labels(text: str, line_no: int) -> dict[str, str]:
     while pos < len(inner):
         m = _LABEL.match(inner, pos)
         if m is None:
-            raise MetricsError(f"line {line_no}: cannot read the labels {text[:60]!r}")
-        labels[m.group(1)] = re.sub(r"\\[\\\"n]", lambda e: _UNESCAPE[e.group(0)], m.group(2))
+            raise MetricsError(f"line {line_no}: cannot read the labels {_shown(text)}")
+        labels[m.group(1)] = _unescape(m.group(2))
         pos = m.end()
     return labels
 
 
+def _unescape(value: str) -> str:
+    """Prometheus label escapes (\\\\, \\", \\n), left to right: splitting at the escaped
+    backslashes first leaves the other two unambiguous."""
+    if "\\" not in value:
+        return value
+    return "\\".join(part.replace('\\"', '"').replace("\\n", "\n")
+                     for part in value.split("\\\\"))
+
+
+def _is_name(text: str) -> bool:
+    return text.isascii() and text.replace(":", "_").isidentifier()
+
+
+def _fields(line: str, line_no: int) -> tuple[str, str | None, str]:
+    """(name, label text or None, value text) of a sample line; plain lines skip the regex."""
+    if "{" not in line:
+        parts = line.split()
+        if 2 <= len(parts) <= 3 and _is_name(parts[0]) and (
+                len(parts) == 2 or (parts[2].isascii() and parts[2].removeprefix("-").isdigit())):
+            return parts[0], None, parts[1]
+    m = _SAMPLE.fullmatch(line)
+    if m is None:
+        raise MetricsError(f"line {line_no} is not a Prometheus sample: {_shown(line)}")
+    return m.group(1), m.group(2), m.group(3)
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The text's lines one at a time (str.splitlines would hold a million strings at once)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        yield text[start:end]
+        start = end + 1
+
+
 def _family_of(name: str, families: dict[str, Family]) -> Family:
     """Histogram and summary samples (_bucket, _sum, _count) belong to their base family."""
-    for suffix in ("_bucket", "_sum", "_count", "_total", "_created"):
+    for suffix in _SUFFIXES:
         base = name.removesuffix(suffix)
         if base != name and (base in families or suffix == "_bucket"):
             return families.setdefault(base, Family(base, "histogram"))
@@ -76,16 +132,20 @@ def _family_of(name: str, families: dict[str, Family]) -> Family:
 
 def parse_prometheus(text: str) -> dict[str, Family]:
     """Families by name. Raises MetricsError naming the first line it cannot read."""
-    if len(text.encode("utf-8", "replace")) > MAX_TEXT_BYTES:
+    if len(text) > MAX_TEXT_BYTES or len(text.encode("utf-8", "replace")) > MAX_TEXT_BYTES:
         raise MetricsError(f"the text is larger than {MAX_TEXT_BYTES >> 20} MiB")
     families: dict[str, Family] = {}
-    for line_no, raw in enumerate(text.splitlines(), start=1):
+    # sample name -> (its family, the name's one string object), while no family is added
+    family_of: dict[str, tuple[Family, str]] = {}
+    for line_no, raw in enumerate(_lines(text), start=1):
         line = raw.strip()
         if not line:
             continue
-        if line.startswith("#"):
+        if line[0] == "#":
             parts = line[1:].split(None, 2)
             if len(parts) >= 2 and parts[0] in ("HELP", "TYPE"):
+                if parts[1] not in families:
+                    family_of.clear()  # a new base family may own samples named before it
                 fam = families.setdefault(parts[1], Family(parts[1]))
                 rest = parts[2] if len(parts) > 2 else ""
                 if parts[0] == "TYPE":
@@ -93,15 +153,25 @@ def parse_prometheus(text: str) -> dict[str, Family]:
                 else:
                     fam.help = rest
             continue
-        m = _SAMPLE.match(line)
-        if m is None:
-            raise MetricsError(f"line {line_no} is not a Prometheus sample: {line[:80]!r}")
+        name, label_text, value_text = _fields(line, line_no)
         try:
-            value = _value(m.group(3))
+            value = prometheus_number(value_text)
         except ValueError:
-            raise MetricsError(f"line {line_no}: {m.group(3)[:30]!r} is not a number") from None
-        labels = _labels(m.group(2), line_no) if m.group(2) else {}
-        _family_of(m.group(1), families).samples.append(Sample(m.group(1), labels, value))
+            raise MetricsError(f"line {line_no}: {_shown(value_text, 30)} is not a "
+                               "number") from None
+        labels = _labels(label_text, line_no) if label_text else _NO_LABELS
+        if "le" in labels and name.endswith("_bucket") and not _is_bound(labels["le"]):
+            raise MetricsError(f"line {line_no}: the bucket bound le={_shown(labels['le'], 30)} "
+                               "is not a number or +Inf")
+        known = family_of.get(name)
+        if known is None:
+            before = len(families)
+            known = (_family_of(name, families), name)
+            if len(families) != before:
+                family_of.clear()
+            family_of[name] = known
+        fam, name = known
+        fam.samples.append(Sample(name, labels, value))
     if not any(f.samples for f in families.values()):
         raise MetricsError("no samples found: is this a Prometheus /metrics page?")
     return families
@@ -175,7 +245,7 @@ def _histogram(families: dict[str, Family], *names: str) -> tuple[Histogram | No
         merged: dict[float, float] = {}
         for s in fam.samples:
             if s.name == f"{name}_bucket" and "le" in s.labels:
-                bound = _value(s.labels["le"])
+                bound = prometheus_number(s.labels["le"])  # checked by the parser
                 merged[bound] = merged.get(bound, 0.0) + s.value
         if merged:
             total = sum(s.value for s in fam.samples if s.name == f"{name}_sum")
@@ -202,40 +272,3 @@ def engine_view(families: dict[str, Family]) -> EngineView:
         _total(families, "vllm:prefix_cache_queries_total")[0],
         _total(families, "vllm:prefix_cache_hits_total")[0],
         ttft, itl, itl_name, tuple(names))
-
-
-# -- fetching a URL (a server-side request) -----------------------------------------------
-class _SameSchemes(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        if urlsplit(newurl).scheme not in ("http", "https"):
-            raise MetricsError(f"refused a redirect to {newurl[:80]!r}: http(s) only")
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-def fetch_metrics(url: str, timeout: float = FETCH_TIMEOUT_S,
-                  max_bytes: int = MAX_TEXT_BYTES) -> str:
-    """GET the URL from this server and return its text; MetricsError says why not."""
-    if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
-        raise MetricsError(f"fetching URLs is turned off on this server ({DISABLE_ENV} is set): "
-                           "paste the /metrics text instead")
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise MetricsError("give an http:// or https:// URL with a host, e.g. "
-                           "http://localhost:8000/metrics")
-    opener = urllib.request.build_opener(_SameSchemes)
-    try:
-        with opener.open(urllib.request.Request(url.strip(), headers={"Accept": "text/plain"}),
-                         timeout=timeout) as response:
-            body = response.read(max_bytes + 1)
-    except urllib.error.HTTPError as err:
-        raise MetricsError(f"{parts.hostname} answered HTTP {err.code} ({err.reason})") from None
-    except TimeoutError:
-        raise MetricsError(f"{parts.hostname} did not answer within {timeout:g} s") from None
-    except urllib.error.URLError as err:
-        raise MetricsError(f"could not reach {parts.hostname}: {err.reason}") from None
-    except (OSError, ValueError) as err:
-        raise MetricsError(f"could not fetch {parts.hostname}: {err}") from None
-    if len(body) > max_bytes:
-        raise MetricsError(f"the response is larger than {max_bytes:,} bytes; "
-                           "is this a /metrics endpoint?")
-    return body.decode("utf-8", "replace")
