@@ -37,8 +37,8 @@ EXCEPTION = '[data-testid="stException"]'
 IDLE_JS = f"() => !document.querySelector('{RUNNING}') && !document.querySelector('{STALE}')"
 
 
-def venv_python() -> str:
-    candidate = ROOT / ".venv" / "bin" / "python"
+def venv_python(root: Path = ROOT) -> str:
+    candidate = root / ".venv" / "bin" / "python"
     return str(candidate) if candidate.exists() else sys.executable
 
 
@@ -62,17 +62,22 @@ def _healthy(url: str) -> bool:
 
 
 @contextmanager
-def serve_app(log_path: Path) -> Iterator[str]:
+def serve_app(log_path: Path, *, root: Path = ROOT, env: dict[str, str] | None = None,
+              on_start=None) -> Iterator[str]:
     """Run the app as `make run` does (`python -m ui.serve`) on a free localhost port; yield
-    its URL; stop it after."""
+    its URL; stop it after. `root`: another checkout of the lab (bench/load.py compares two);
+    `env`: extra environment variables; `on_start(process)` is told the server's process."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
         server = subprocess.Popen(
-            [venv_python(), "-m", "ui.serve", "--server.port", str(port),
+            [venv_python(root), "-m", "ui.serve", "--server.port", str(port),
              "--server.address", "127.0.0.1", "--server.headless", "true",
              "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **(env or {})})
+    if on_start is not None:
+        on_start(server)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _healthy(url):
