@@ -3,22 +3,26 @@
 * `or_stop(build)`: build the page's config or story; on a bad combination of settings show
   what is wrong and stop the page, instead of a traceback.
 * `frames(story)`: the story's frames, shared by every user with the same settings.
-* `live_badge(story, step, last_step)`: the story played on the real KV pool to `step` (kept
-  per user: Step plays one more step, Back replays from the seed), then the kernel badge; the
-  next step's check is computed in the background while the learner reads this one.
+* `live_badge(story, step, last_step)`: the story played on the real KV pool to `step`, then
+  the kernel badge; the next step's check is computed in the background while the learner
+  reads this one. The runs are kept per story, for everyone stepping it (Step plays one more
+  step, Back to a step not checked yet replays from the seed), in worker processes when the
+  server has them (lab/scenarios/live_workers.py: `live_checks`).
 * `export_trace(story, step)`: download the event trace up to this step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 import streamlit as st
 
-from lab.scenarios.story import LiveRun, Story
+from lab.scenarios.live_workers import CheckTimeout, live_checks
+from lab.scenarios.story import Story
 from ui.kernel_badge import kernel_badge
-from ui.memo import per_user, shared
+from ui.memo import shared
 from ui.step_controls import prefetch_next
 
 T = TypeVar("T")
@@ -47,14 +51,19 @@ def live_badge(story: Story, step: int, last_step: int,
                idle: str = "No sequence is running at this step: no attention to check.") -> None:
     """Run the story on the real pool up to `step`, then show the kernel-vs-dense badge (or a
     caption when nothing attends); then prefetch the next step's check."""
-    live: LiveRun = per_user(f"_live_{story.page}", story, story.live)
-    with st.spinner("Running the paged-attention kernel on the real KV pool…"):
-        check = live.check(step)
+    checks = live_checks()
+    try:
+        with st.spinner("Running the paged-attention kernel on the real KV pool…"):
+            check = checks.check(story, step)
+    except CheckTimeout as error:  # the server is busy: the page goes on without the badge
+        st.caption(f"{error}: the server is busy. Its result will show when you come back to "
+                   "this step.")
+        return
     if check is None:
         st.caption(idle)
     else:
         kernel_badge(check)
-    prefetch_next(live.check, step, last_step)
+    prefetch_next(partial(checks.prefetch, story), step, last_step)
 
 
 def export_trace(story: Story, step: int) -> None:
