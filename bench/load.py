@@ -16,6 +16,10 @@ Step from the click to the page settled (bench/ui.py's clock): what a person see
     python bench/load.py [--sessions 10 30 60] [--duration 60] [--browsers 2]
     python bench/load.py --memory [--sessions 30] [--cycles 300]   # RSS over Step/Back/Reset
     python bench/load.py --root /tmp/before ...   # the same load on another checkout
+    python bench/load.py --replicas 2 ...   # deploy/lab.sh: 2 replicas behind nginx
+
+Servers run as `make run` runs them (one BLAS thread: the Makefile exports it). A session whose
+page fails to load reloads it, as a person would (up to OPEN_TRIES times; each failure counts).
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.procstats import Machine, ServerProcess
-from tests.browser.harness import ROOT, serve_app
+from tests.browser.harness import ROOT, serve_app, serve_replicas
 from tests.load_client import LabSession, Run, query
 
 # Each page at settings with enough steps to click through for a while.
@@ -194,6 +200,20 @@ async def memory(url: str, n: int, cycles: int, server: ServerProcess) -> None:
     print(f"125 s later (after one new session): {server.rss_mib():.0f} MiB")
 
 
+@contextmanager
+def served(args, env: dict[str, str], tmp: Path, server: ServerProcess) -> Iterator[str]:
+    """One server (serve_app), or --replicas behind nginx (deploy/lab.sh); yields the URL."""
+    if not args.replicas:
+        with serve_app(tmp / "server.log", root=args.root, env=env,
+                       on_start=server.attach) as url:
+            yield url
+        return
+    os.environ.update(env)  # deploy/lab.sh passes its environment on to the replicas
+    with serve_replicas(tmp, args.replicas) as (url, pids):
+        server.pids = pids
+        yield url
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, nargs="+", default=[10, 30, 60])
@@ -203,19 +223,20 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--cycles", type=int, default=300)
     parser.add_argument("--root", type=Path, default=ROOT, help="the checkout to serve")
+    parser.add_argument("--replicas", type=int, default=0,
+                        help="serve through nginx with this many replicas (deploy/lab.sh)")
     parser.add_argument("--env", nargs="*", default=[], help="NAME=VALUE for the server")
     args = parser.parse_args()
     # As `make run` serves (the Makefile exports it): one BLAS thread for the interpreter.
     env = {"OPENBLAS_NUM_THREADS": "1", **dict(item.split("=", 1) for item in args.env)}
-    print(f"{os.cpu_count()} CPUs; serving {args.root} {env or ''}; think {args.think:g} s; "
+    where = f"{args.replicas} replicas behind nginx" if args.replicas else args.root
+    print(f"{os.cpu_count()} CPUs; serving {where} {env or ''}; think {args.think:g} s; "
           f"{args.duration:g} s measured per N\n")
     if not args.memory:
         print(HEADER)
     for n in args.sessions:
         server = ServerProcess()
-        with tempfile.TemporaryDirectory() as tmp, \
-                serve_app(Path(tmp) / "server.log", root=args.root, env=env,
-                          on_start=server.attach) as url:
+        with tempfile.TemporaryDirectory() as tmp, served(args, env, Path(tmp), server) as url:
             if args.memory:
                 asyncio.run(memory(url, n, args.cycles, server))
                 continue

@@ -41,26 +41,30 @@ def _rss_mib(pid: int) -> float:
 
 
 class ServerProcess:
-    """The server's process tree: CPU over a window, RSS now."""
+    """The server's process trees (one per replica, workers included): CPU over a window,
+    RSS now."""
 
-    def __init__(self) -> None:
-        self.pid = 0
+    def __init__(self, pids: list[int] | None = None) -> None:
+        self.pids = list(pids or [])
         self._cpu: dict[int, float] = {}
         self._rss = 0.0
 
     def attach(self, process) -> None:
-        self.pid = process.pid
+        self.pids.append(process.pid)
+
+    def processes(self) -> list[int]:
+        return [p for pid in self.pids for p in _tree(pid)]
 
     def rss_mib(self) -> float:
-        return sum(_rss_mib(p) for p in _tree(self.pid))
+        return sum(_rss_mib(p) for p in self.processes())
 
     def mark(self) -> None:
-        self._cpu = {p: _cpu_s(p) for p in _tree(self.pid)}
+        self._cpu = {p: _cpu_s(p) for p in self.processes()}
         self._rss = self.rss_mib()
 
     def since_mark(self, window_s: float) -> dict:
         """cores: CPU seconds per second since mark(), counting processes started since."""
-        busy = sum(_cpu_s(p) - self._cpu.get(p, 0.0) for p in _tree(self.pid))
+        busy = sum(_cpu_s(p) - self._cpu.get(p, 0.0) for p in self.processes())
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg()[:1])
         return {"cores": busy / window_s, "rss_start": self._rss, "rss_end": self.rss_mib(),
                 "load": load}

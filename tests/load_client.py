@@ -50,9 +50,9 @@ class LabSession:
         self.query_string = query
         self.session_id = ""
         self.replicas: set[str] = set()  # every X-Lab-Replica header seen (behind nginx)
+        self.cookie = ""  # what the page's response set (nginx's sticky cookie), sent back
         self.step: int | None = None
         self.last_step: int | None = None
-        self._cookie = ""
         self._ws = None
         self._reader: asyncio.Task | None = None
         self._page_hash = ""
@@ -91,10 +91,10 @@ class LabSession:
                                     timeout=self.timeout_s) as response:
             self._note_replica(response.headers)
             cookies = response.headers.get_all("Set-Cookie") or []
-            self._cookie = "; ".join(c.split(";", 1)[0] for c in cookies)
+            self.cookie = "; ".join(c.split(";", 1)[0] for c in cookies)
 
     def _headers(self) -> dict[str, str]:
-        return {"Cookie": self._cookie} if self._cookie else {}
+        return {"Cookie": self.cookie} if self.cookie else {}
 
     def _note_replica(self, headers) -> None:
         if headers.get(REPLICA_HEADER):

@@ -9,57 +9,26 @@ Skipped, saying why, when nginx is not installed (`make test` installs it when r
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import socket
-import subprocess
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from tests.browser.harness import CHROMIUM, ROOT, free_port, venv_python
+from tests.browser.harness import CHROMIUM, NGINX, serve_replicas
 from tests.load_client import REPLICA_HEADER, LabSession, query
 
-NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-SCRIPT = ROOT / "deploy" / "lab.sh"
 REPLICAS = 2
 MAX_SESSIONS = 24  # opened until each replica holds two (by chance, as a class would arrive)
 
 
-def free_pair(ports: range = range(8650, 8700)) -> int:
-    """A port p with p and p + 1 both free (the replicas' ports)."""
-    for port in ports:
-        with socket.socket() as a, socket.socket() as b:
-            try:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no two free ports in {ports.start}-{ports.stop}")
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory) -> str:
-    if not Path(NGINX).exists():
+    if not NGINX.exists():
         pytest.skip("nginx not found: `make test` installs Debian's nginx when run as root "
                     "(make nginx); elsewhere: apt-get install nginx")
     run_dir = tmp_path_factory.mktemp("deploy")
-    env = {**os.environ, "RUN_DIR": str(run_dir), "NGINX_BIN": NGINX, "PYTHON": venv_python()}
-    listen = free_port(range(8700, 8750))
-    # Output to a file, not a pipe: the daemons it starts would hold a pipe open.
-    with open(run_dir / "lab.sh.out", "wb") as out:
-        started = subprocess.run([str(SCRIPT), "start", str(REPLICAS), f"127.0.0.1:{listen}",
-                                  str(free_pair())], env=env, timeout=300, stdout=out,
-                                 stderr=subprocess.STDOUT)
-    if started.returncode:
-        subprocess.run([str(SCRIPT), "stop"], env=env, timeout=120)
-        logs = "".join(p.read_text()[-1500:] for p in run_dir.glob("*.log"))
-        pytest.fail(f"deploy/lab.sh start failed:\n{(run_dir / 'lab.sh.out').read_text()}"
-                    f"\n{logs}")
-    yield f"http://127.0.0.1:{listen}"
-    subprocess.run([str(SCRIPT), "stop"], env=env, check=True, timeout=120)
+    with serve_replicas(run_dir, REPLICAS) as (url, pids):
+        assert len(pids) == REPLICAS
+        yield url
     assert not list(run_dir.glob("*.pid"))  # every replica and nginx stopped
 
 
@@ -85,7 +54,7 @@ async def classroom(url: str) -> list[LabSession]:
         assert not run.error and run.step == 1
         assert (await session.click("forward")).step == 2
         session.replicas.add(await asyncio.to_thread(
-            replica_of, f"{url}/_stcore/health", session._cookie))
+            replica_of, f"{url}/_stcore/health", session.cookie))
         await session.close()
     return sessions
 

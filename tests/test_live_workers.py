@@ -49,6 +49,19 @@ def test_everyone_stepping_a_story_shares_its_run_and_checks() -> None:
     assert runs.run(walk(2)) is not runs.run(walk(1))
 
 
+def test_in_this_process_a_check_not_kept_yet_says_so_at_once() -> None:
+    runs = LiveRuns()
+    with pytest.raises(CheckTimeout):  # the page shows a spinner, then asks without a timeout
+        runs.check(walk(1), 2, timeout_s=0.25)
+    runs.prefetch(walk(1), 3)  # in a background thread, a moment later
+    first = runs.check(walk(1), 2)
+    assert runs.check(walk(1), 2, timeout_s=0.25) is first
+    deadline = time.monotonic() + 60
+    while not runs.run(walk(1)).kept(3):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
 def test_runs_are_bounded_by_count_and_idle_time() -> None:
     runs = LiveRuns(max_runs=2, idle_s=60)
     for seed in (1, 2, 3):

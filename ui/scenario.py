@@ -14,16 +14,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import TypeVar
 
 import streamlit as st
 
-from lab.scenarios.live_workers import CheckTimeout, live_checks
+from kernels.reference import AttentionCheck
+from lab.scenarios.live_runs import CheckTimeout, LiveChecks
+from lab.scenarios.live_workers import live_checks
 from lab.scenarios.story import Story
 from ui.kernel_badge import kernel_badge
 from ui.memo import shared
-from ui.step_controls import prefetch_next
+
+# A check prefetched while the learner read the last step is back well within this; only a
+# slower one gets a spinner (st.spinner starts a timer thread, and threads take the GIL in turn).
+QUICK_S = 0.25
 
 T = TypeVar("T")
 
@@ -53,8 +57,7 @@ def live_badge(story: Story, step: int, last_step: int,
     caption when nothing attends); then prefetch the next step's check."""
     checks = live_checks()
     try:
-        with st.spinner("Running the paged-attention kernel on the real KV pool…"):
-            check = checks.check(story, step)
+        check = _check(checks, story, step)
     except CheckTimeout as error:  # the server is busy: the page goes on without the badge
         st.caption(f"{error}: the server is busy. Its result will show when you come back to "
                    "this step.")
@@ -63,7 +66,16 @@ def live_badge(story: Story, step: int, last_step: int,
         st.caption(idle)
     else:
         kernel_badge(check)
-    prefetch_next(partial(checks.prefetch, story), step, last_step)
+    if step < last_step:
+        checks.prefetch(story, step + 1)
+
+
+def _check(checks: LiveChecks, story: Story, step: int) -> AttentionCheck | None:
+    try:
+        return checks.check(story, step, timeout_s=QUICK_S)
+    except CheckTimeout:
+        with st.spinner("Running the paged-attention kernel on the real KV pool…"):
+            return checks.check(story, step)
 
 
 def export_trace(story: Story, step: int) -> None:

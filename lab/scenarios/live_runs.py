@@ -19,13 +19,25 @@ from typing import Protocol
 from kernels.reference import AttentionCheck
 from lab.scenarios.story import LiveRun, Story
 
+# In this process a prefetch starts this long after the page asked for it: Python runs one
+# thread at a time, and a replay (interpreted kernel launches) started at once would hold up the
+# messages that draw the current step. A reader looks at a step for longer than this.
+PREFETCH_DELAY_S = 0.3
+
+
+class CheckTimeout(TimeoutError):
+    """The check is not back within the time asked for; it goes on, and is kept."""
+
 
 class LiveChecks(Protocol):
     """What a page asks for: a story's kernel check at a step, now or ahead of time."""
 
-    def check(self, story: Story, step: int) -> AttentionCheck | None: ...
+    def check(self, story: Story, step: int,
+              timeout_s: float | None = None) -> AttentionCheck | None:
+        """The check (None: nothing attends at that step), or CheckTimeout after timeout_s."""
 
-    def prefetch(self, story: Story, step: int) -> None: ...
+    def prefetch(self, story: Story, step: int) -> None:
+        """Start computing a check the page will ask for soon; returns at once."""
 
 
 class LiveRuns:
@@ -47,12 +59,22 @@ class LiveRuns:
             self._trim(keep=story)
             return run
 
-    def check(self, story: Story, step: int) -> AttentionCheck | None:
-        return self.run(story).check(step)
+    def check(self, story: Story, step: int,
+              timeout_s: float | None = None) -> AttentionCheck | None:
+        """Computed in the calling thread, so with a timeout a check not kept yet raises
+        CheckTimeout at once (the caller can show a spinner, then ask without one)."""
+        run = self.run(story)
+        if timeout_s is not None and not run.kept(step):
+            raise CheckTimeout(f"the check at step {step} is not computed yet")
+        return run.check(step)
 
     def prefetch(self, story: Story, step: int) -> None:
-        """Here the same as `check`: the caller runs it in a background thread."""
-        self.check(story, step)
+        timer = threading.Timer(PREFETCH_DELAY_S, self.check, args=(story, step))
+        timer.name = f"prefetch-step-{step}"
+        # Not a daemon (a thread inherits its creator's flag, and script threads are daemons):
+        # at exit Python waits for it, instead of killing it inside a torch or Triton call.
+        timer.daemon = False
+        timer.start()
 
     def trim(self, keep: Story | None = None, *, fraction: float = 0.0) -> int:
         """Drop idle runs, runs beyond max_runs, and the least recently used `fraction` of

@@ -11,7 +11,8 @@ worker (by its hash), so its run stays warm there and everyone stepping it share
 Robust by construction: a worker that dies is replaced on the next request (a check in flight
 is retried once on the new one); a check that takes longer than `timeout_s` raises
 `CheckTimeout` instead of holding the page (the worker finishes it and keeps the result for
-the next ask); prefetches wait behind every check a page is waiting for. Messages are plain
+the next ask; asking again meanwhile waits for the same answer); prefetches are sent at once
+and wait, in the worker, behind every check a page is waiting for. Messages are plain
 pickles over two pipes per worker; tensors come back as CPU tensors.
 
 `live_checks()` is the process-wide choice: PAGED_LAB_LIVE_WORKERS worker processes, or
@@ -34,7 +35,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from kernels.reference import AttentionCheck
-from lab.scenarios.live_runs import LiveChecks, LiveRuns
+from lab.scenarios.live_runs import CheckTimeout, LiveChecks, LiveRuns
 from lab.scenarios.story import Story
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,10 +44,6 @@ WORKERS_ENV = "PAGED_LAB_LIVE_WORKERS"
 
 class WorkerLost(RuntimeError):
     """The worker process died (or its pipe broke) before it answered."""
-
-
-class CheckTimeout(TimeoutError):
-    """The check did not come back in time; it goes on in the worker and is kept there."""
 
 
 class CheckFailed(RuntimeError):
@@ -137,6 +134,7 @@ class LiveWorkers:
         self._settings = (max_runs, idle_s, budget_mib)
         self._lock = threading.Lock()
         self._workers = [_Worker(*self._settings) for _ in range(count)]  # start them now
+        self._asked: dict[tuple[Story, int], Future] = {}  # checks in flight, asked once
         self.replaced = 0
 
     def _worker(self, story: Story) -> _Worker:
@@ -149,17 +147,35 @@ class LiveWorkers:
                 self.replaced += 1
             return self._workers[slot]
 
-    def check(self, story: Story, step: int) -> AttentionCheck | None:
+    def check(self, story: Story, step: int,
+              timeout_s: float | None = None) -> AttentionCheck | None:
+        wait_s = self.timeout_s if timeout_s is None else timeout_s
         for attempt in range(2):
             try:
-                return self._worker(story).submit("check", story, step).result(self.timeout_s)
+                return self._ask(story, step).result(wait_s)
             except WorkerLost:
                 if attempt:
                     raise
             except FutureTimeout:
-                raise CheckTimeout(f"the kernel check took more than {self.timeout_s:g} s"
-                                   ) from None
+                raise CheckTimeout(f"the kernel check took more than {wait_s:g} s") from None
         raise AssertionError("unreachable")
+
+    def _ask(self, story: Story, step: int) -> Future:
+        """The answer to (story, step): the request already in flight, or a new one."""
+        key = (story, step)
+        with self._lock:
+            future = self._asked.get(key)
+        if future is None or (future.done() and future.exception() is not None):
+            future = self._worker(story).submit("check", story, step)
+            with self._lock:
+                self._asked[key] = future
+            future.add_done_callback(lambda _: self._forget(key, future))
+        return future
+
+    def _forget(self, key: tuple[Story, int], future: Future) -> None:
+        with self._lock:
+            if self._asked.get(key) is future:
+                del self._asked[key]
 
     def prefetch(self, story: Story, step: int) -> None:
         try:

@@ -113,6 +113,10 @@ class LiveRun:
             self.play.advance()
         return self.play
 
+    def kept(self, step: int) -> bool:
+        """Whether the check at `step` is already computed (asking for it costs nothing)."""
+        return step in self._checks
+
     def check(self, step: int) -> AttentionCheck | None:
         """The paged-attention kernel vs dense attention at `step` (None: nothing attends)."""
         with self._lock:
