@@ -14,7 +14,7 @@ CPU (it shares the machine). --browsers K adds K real Chromium tabs on Block tab
 Step from the click to the page settled (bench/ui.py's clock): what a person sees.
 
     python bench/load.py [--sessions 10 30 60] [--duration 60] [--browsers 2]
-    python bench/load.py --memory [--sessions 30] [--cycles 300]   # RSS over Step/Back/Reset
+    python bench/load.py --memory [--sessions 5] [--cycles 300]   # RSS over Step/Back/Reset
     python bench/load.py --root /tmp/before ...   # the same load on another checkout
     python bench/load.py --replicas 2 ...   # deploy/lab.sh: 2 replicas behind nginx
 
@@ -69,8 +69,9 @@ class Results:
 
 
 async def stepper(url: str, i: int, think_s: float, results: Results,
-                  opened: asyncio.Barrier) -> None:
-    """Session i, until cancelled."""
+                  opened: asyncio.Barrier, stop: asyncio.Event) -> None:
+    """Session i, until `stop` is set (a flag, not a cancel: asyncio.wait_for in Python 3.11
+    can swallow a cancellation that meets an answer, and the session would step on alone)."""
     page, params = session_page(i)
     await asyncio.sleep(i * RAMP_S)
     for _ in range(OPEN_TRIES):  # a page that failed to load is reloaded, as a person would
@@ -83,9 +84,11 @@ async def stepper(url: str, i: int, think_s: float, results: Results,
         if not run.error:
             break
         await session.close()
+    else:
+        session.last_step = None  # it never loaded: this session sits the load out
     await opened.wait()
     try:
-        while session.last_step is not None:
+        while session.last_step is not None and not stop.is_set():
             await asyncio.sleep(think_s)
             control = "reset" if session.step >= session.last_step else "forward"
             sent = time.monotonic()
@@ -127,8 +130,8 @@ def browser_steps(url: str, count: int, stop: threading.Event, out: list[float])
 
 async def drive(url: str, n: int, think_s: float, duration_s: float, server: ServerProcess,
                 browsers: int) -> dict:
-    results, opened = Results(), asyncio.Barrier(n + 1)
-    tasks = [asyncio.create_task(stepper(url, i, think_s, results, opened))
+    results, opened, done = Results(), asyncio.Barrier(n + 1), asyncio.Event()
+    tasks = [asyncio.create_task(stepper(url, i, think_s, results, opened, done))
              for i in range(n)]
     seen, stop = [], threading.Event()
     if browsers:
@@ -144,6 +147,8 @@ async def drive(url: str, n: int, think_s: float, duration_s: float, server: Ser
     client = (time.process_time() - client_cpu) / window
     busy = machine.busy_since()
     stop.set()
+    done.set()
+    await asyncio.wait(tasks, timeout=180)  # each finishes its click, then closes
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -172,32 +177,38 @@ HEADER = ("| N | Steps | Steps/s | Step p50 s | p95 s | max s | errors | open p9
           "load avg 1 min | client cores |\n|--:|--:|--:|--:|--:|--:|--:|--:|--|--:|--|--:|--|--:|")
 
 
-async def memory(url: str, n: int, cycles: int, server: ServerProcess) -> None:
+async def memory(url: str, n: int, cycles: int, release_s: float,
+                 server: ServerProcess) -> None:
     """RSS while n sessions do `cycles` Step, Step, Back, Reset cycles each, then after they
-    close and the server drops them (server.disconnectedSessionTTL, 120 s by default)."""
-    base = server.rss_mib()
-    print(f"server RSS before any session: {base:.0f} MiB")
+    close: Streamlit drops a closed session after server.disconnectedSessionTTL (120 s), on
+    its next new session; a worker drops a story's run after 600 s unused."""
+    def report(what: str) -> None:
+        print(f"{time.monotonic() - start:6.0f} s  {what}: {server.rss_mib():.0f} MiB", flush=True)
+
+    start = time.monotonic()
+    report("server before any session")
     sessions = [LabSession(url, *session_page(i)) for i in range(n)]
     for s in sessions:
         await s.open()
-    print(f"{n} sessions open: {server.rss_mib():.0f} MiB")
+    report(f"{n} sessions open")
     errors = 0
     for cycle in range(1, cycles + 1):
         for control in ("forward", "forward", "back", "reset"):
             runs = await asyncio.gather(*(s.click(control) for s in sessions))
             errors += sum(r.error is not None for r in runs)
         if cycle % 50 == 0:
-            print(f"after {cycle} cycles ({4 * cycle * n} clicks): {server.rss_mib():.0f} MiB, "
-                  f"{errors} errors", flush=True)
+            report(f"after {cycle} cycles ({4 * cycle * n} clicks, {errors} errors)")
     for s in sessions:
         await s.close()
-    print(f"sessions closed: {server.rss_mib():.0f} MiB")
-    await asyncio.sleep(125)
-    probe = LabSession(url, "block_tables")  # a new session makes the server drop expired ones
-    await probe.open()
-    await probe.close()
-    await asyncio.sleep(5)
-    print(f"125 s later (after one new session): {server.rss_mib():.0f} MiB")
+    report("sessions closed")
+    waited = 0.0
+    while waited < release_s:
+        await asyncio.sleep(min(60.0, release_s - waited))
+        waited = time.monotonic() - start
+        probe = LabSession(url, "home")  # a new session: the server drops expired ones
+        await probe.open()
+        await probe.close()
+        report("after a new session")
 
 
 @contextmanager
@@ -222,6 +233,8 @@ def main() -> None:
     parser.add_argument("--browsers", type=int, default=0)
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--cycles", type=int, default=300)
+    parser.add_argument("--release", type=float, default=700.0,
+                        help="--memory: seconds to watch RSS after the sessions close")
     parser.add_argument("--root", type=Path, default=ROOT, help="the checkout to serve")
     parser.add_argument("--replicas", type=int, default=0,
                         help="serve through nginx with this many replicas (deploy/lab.sh)")
@@ -238,7 +251,7 @@ def main() -> None:
         server = ServerProcess()
         with tempfile.TemporaryDirectory() as tmp, served(args, env, Path(tmp), server) as url:
             if args.memory:
-                asyncio.run(memory(url, n, args.cycles, server))
+                asyncio.run(memory(url, n, args.cycles, args.release, server))
                 continue
             result = asyncio.run(drive(url, n, args.think, args.duration, server,
                                        args.browsers))

@@ -2,10 +2,14 @@
 # Serve the lab to a class from one machine: REPLICAS copies of the app on loopback ports,
 # behind nginx with sticky sessions (deploy/nginx.conf.in).
 #
-#   deploy/lab.sh start [REPLICAS] [LISTEN] [FIRST_PORT]   defaults: one per CPU, 8080, 8501
+#   deploy/lab.sh start [REPLICAS] [LISTEN] [FIRST_PORT]   defaults: two per CPU, 8080, 8501
 #   deploy/lab.sh stop
 #   deploy/lab.sh status
 #
+# Two per CPU: a replica is bound by its own event loop (one thread sends every session's
+# messages) before it is bound by a core (bench/RESULTS.md, Load). Each takes about 0.85 GB
+# (0.5 for the server, 0.33 for its kernel-check worker; PAGED_LAB_LIVE_WORKERS=0 saves the
+# latter for somewhat slower steps).
 # LISTEN is nginx's `listen` (a port, or address:port). Replica i serves on 127.0.0.1:
 # FIRST_PORT + i, reachable only through nginx. RUN_DIR (default deploy/run) holds the pids,
 # the logs and the rendered nginx.conf. Each replica runs with the settings of a shared
@@ -31,7 +35,7 @@ except OSError:
 }
 
 start() {
-    replicas=${1:-$(nproc)}
+    replicas=${1:-$((2 * $(nproc)))}
     listen=${2:-8080}
     first=${3:-8501}
     mkdir -p "$RUN_DIR/tmp"

@@ -112,7 +112,8 @@ class LabSession:
 
     async def _disconnect(self) -> None:
         if self._ws is not None:
-            await self._ws.close()
+            await self._ws.close()  # the closing handshake waits at most close_timeout
+            self._reader.cancel()
             await asyncio.gather(self._reader, return_exceptions=True)
             self._ws = None
 

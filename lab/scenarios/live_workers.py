@@ -54,16 +54,16 @@ class _Worker:
     """One worker process and the requests it has not answered yet."""
 
     def __init__(self, max_runs: int, idle_s: float, budget_mib: float) -> None:
-        to_worker, from_server = os.pipe()
-        to_server, from_worker = os.pipe()
+        worker_reads, server_writes = os.pipe()
+        server_reads, worker_writes = os.pipe()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "lab.scenarios.live_worker", str(to_worker),
-             str(from_worker), str(max_runs), str(idle_s), str(budget_mib)],
-            pass_fds=(to_worker, from_worker), cwd=ROOT)
-        os.close(to_worker)
-        os.close(from_worker)
-        self._out = Connection(from_server, readable=False)
-        self._in = Connection(to_server, writable=False)
+            [sys.executable, "-m", "lab.scenarios.live_worker", str(worker_reads),
+             str(worker_writes), str(max_runs), str(idle_s), str(budget_mib)],
+            pass_fds=(worker_reads, worker_writes), cwd=ROOT)
+        os.close(worker_reads)
+        os.close(worker_writes)
+        self._out = Connection(server_writes, readable=False)
+        self._in = Connection(server_reads, writable=False)
         self._pending: dict[int, Future] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()
@@ -150,15 +150,10 @@ class LiveWorkers:
     def check(self, story: Story, step: int,
               timeout_s: float | None = None) -> AttentionCheck | None:
         wait_s = self.timeout_s if timeout_s is None else timeout_s
-        for attempt in range(2):
-            try:
-                return self._ask(story, step).result(wait_s)
-            except WorkerLost:
-                if attempt:
-                    raise
-            except FutureTimeout:
-                raise CheckTimeout(f"the kernel check took more than {wait_s:g} s") from None
-        raise AssertionError("unreachable")
+        try:
+            return _answer(self._ask(story, step), wait_s)
+        except WorkerLost:  # it died before answering: once more, on the worker replacing it
+            return _answer(self._ask(story, step), wait_s)
 
     def _ask(self, story: Story, step: int) -> Future:
         """The answer to (story, step): the request already in flight, or a new one."""
@@ -190,6 +185,13 @@ class LiveWorkers:
     def close(self) -> None:
         for worker in self._workers:
             worker.close()
+
+
+def _answer(future: Future, wait_s: float) -> AttentionCheck | None:
+    try:
+        return future.result(wait_s)
+    except FutureTimeout:
+        raise CheckTimeout(f"the kernel check took more than {wait_s:g} s") from None
 
 
 @cache
