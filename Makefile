@@ -6,7 +6,7 @@ PORT ?= 8501
 # The Triton interpreter leans on numpy; on a small CPU, one BLAS thread is fastest.
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: run test install install-test chromium bench clean
+.PHONY: run test install install-test chromium nginx bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ $(VENV)/.stamp-test: requirements-test.txt $(VENV)/.stamp-run
 	touch $@
 
 install: $(VENV)/.stamp-run
-install-test: $(VENV)/.stamp-test chromium
+install-test: $(VENV)/.stamp-test chromium nginx
 
 # Debian's chromium for the browser tests: installed with apt-get when we are root and it is
 # missing. Never a Playwright browser download.
@@ -32,6 +32,18 @@ chromium:
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
 	  else \
 	    echo "chromium not found and not root: browser tests will be skipped"; \
+	  fi; \
+	fi
+
+# Debian's nginx for the deployment test (tests/test_deploy.py), the same way: installed with
+# apt-get when we are root and it is missing; otherwise that test skips. The test runs its own
+# nginx instance (deploy/lab.sh) and leaves the package's system service as Debian set it up.
+nginx:
+	@if [ ! -x /usr/sbin/nginx ] && ! command -v nginx >/dev/null; then \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx; \
+	  else \
+	    echo "nginx not found and not root: the deployment test will be skipped"; \
 	  fi; \
 	fi
 

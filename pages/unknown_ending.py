@@ -16,9 +16,9 @@ from lab.sizing.kv_formula import format_bytes, kv_layout
 from lab.sizing.model_spec import load_presets
 from ui.chapters import chapter_strip, next_page
 from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
-from ui.memo import per_user, shared
+from ui.memo import shared
 from ui.predict import Question, gate, held_back
-from ui.scenario import export_trace, frames, live_badge, or_stop
+from ui.scenario import export_trace, frames, live_badge, live_measured, or_stop
 from ui.sidebar import sidebar
 from ui.state import int_param, is_hidden, is_locked, seed, set_param
 from ui.step_controls import step_controls
@@ -145,7 +145,6 @@ def show_step(step: int) -> None:
         m2.metric("K/V copied", kib(c.copied_bytes), delta="paged: 0 KiB", delta_color="off",
                   delta_arrow="off", help=f"{c.copied_bytes:,} bytes: {c.copied_tokens} "
                                           f"tokens × {bytes_per_token} bytes (K and V).")
-        live = per_user(f"_live_{story.page}", story, story.live)
         m4.metric("Reserved, unused", f"{c.unused_pct:.0f}%",
                   delta=f"paged: {p.unused_pct:.0f}%", delta_color="off", delta_arrow="off",
                   help="Slots reserved (contiguous) or allocated (paged: the empty tail of "
@@ -156,7 +155,7 @@ def show_step(step: int) -> None:
                                           "enough free blocks (paged).")
         live_badge(story, step, last,
                    idle="No request is running at this step: no attention to check.")
-        timed, seconds = live.play.measured(step)
+        timed, seconds = live_measured(story, step) or (0, 0.0)
         if c.copied_tokens:
             big = kv_layout(shared(load_presets)()[SCALE_MODEL], "fp16").bytes_per_token
             st.caption(f"Here a token's K and V take {bytes_per_token} bytes (1 layer, 2 KV "

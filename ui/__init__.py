@@ -5,10 +5,11 @@
 - `ui.state`: widgets whose values live in the URL (`int_param`, `float_param`,
   `choice_param`), `seed()`, `is_classroom()`, `register()` for extra link parameters.
 - `ui.step_controls.step_controls(last_step)`: Reset / Back / Step / Play / speed / scrubber;
-  returns the step to show. `prefetch_next(...)` computes the next step in the background.
+  returns the step to show.
 - `ui.scenario`: a page's story on screen: `or_stop(build)` (a bad combination of settings:
   message, stop), `frames(story)` (shared by all users), `live_badge(story, step, last)` (the
-  kernel check on this user's live pool), `export_trace(story, step)`.
+  kernel check on the story's live pool, shared by everyone stepping it),
+  `export_trace(story, step)`.
 - `ui.memo`: `shared(fn)` (cached across sessions, immutable) and `per_user(key, params, make)`
   (this session's mutable object or result).
 - `ui.layout`: `explain(md)`, `bullets(lines)`, `settings()`, `show_figure(fig, key)`

@@ -3,9 +3,11 @@
 * `or_stop(build)`: build the page's config or story; on a bad combination of settings show
   what is wrong and stop the page, instead of a traceback.
 * `frames(story)`: the story's frames, shared by every user with the same settings.
-* `live_badge(story, step, last_step)`: the story played on the real KV pool to `step` (kept
-  per user: Step plays one more step, Back replays from the seed), then the kernel badge; the
-  next step's check is computed in the background while the learner reads this one.
+* `live_badge(story, step, last_step)`: the story played on the real KV pool to `step`, then
+  the kernel badge; the next step's check is computed in the background while the learner
+  reads this one. The runs are kept per story, for everyone stepping it (Step plays one more
+  step, Back to a step not checked yet replays from the seed), in worker processes when the
+  server has them (lab/scenarios/live_workers.py: `live_checks`).
 * `export_trace(story, step)`: download the event trace up to this step.
 """
 
@@ -16,11 +18,17 @@ from typing import TypeVar
 
 import streamlit as st
 
-from lab.scenarios.story import LiveRun, Story
+from kernels.reference import AttentionCheck
+from lab.scenarios.live_runs import CheckTimeout, LiveChecks
+from lab.scenarios.live_workers import live_checks
+from lab.scenarios.story import Story
 from ui.kernel_badge import kernel_badge
-from ui.memo import per_user, shared
+from ui.memo import shared
 from ui.state import is_classroom, is_hidden
-from ui.step_controls import prefetch_next
+
+# A check prefetched while the learner read the last step is back well within this; only a
+# slower one gets a spinner (st.spinner starts a timer thread, and threads take the GIL in turn).
+QUICK_S = 0.25
 
 T = TypeVar("T")
 
@@ -48,14 +56,36 @@ def live_badge(story: Story, step: int, last_step: int,
                idle: str = "No sequence is running at this step: no attention to check.") -> None:
     """Run the story on the real pool up to `step`, then show the kernel-vs-dense badge (or a
     caption when nothing attends); then prefetch the next step's check."""
-    live: LiveRun = per_user(f"_live_{story.page}", story, story.live)
-    with st.spinner("Running the paged-attention kernel on the real KV pool…"):
-        check = live.check(step)
+    checks = live_checks()
+    try:
+        check = _check(checks, story, step)
+    except CheckTimeout as error:  # the server is busy: the page goes on without the badge
+        st.caption(f"{error}: the server is busy. Its result will show when you come back to "
+                   "this step.")
+        return
     if check is None:
         st.caption(idle)
     else:
         kernel_badge(check)
-    prefetch_next(live.check, step, last_step)
+    if step < last_step:
+        checks.prefetch(story, step + 1)
+
+
+def live_measured(story: Story, step: int, timeout_s: float = 5.0) -> tuple | None:
+    """What the story's play measured on the real tensors up to `step` (after live_badge: the
+    play has run that far), or None when the server is too busy to say now."""
+    try:
+        return live_checks().measured(story, step, timeout_s=timeout_s)
+    except CheckTimeout:
+        return None
+
+
+def _check(checks: LiveChecks, story: Story, step: int) -> AttentionCheck | None:
+    try:
+        return checks.check(story, step, timeout_s=QUICK_S)
+    except CheckTimeout:
+        with st.spinner("Running the paged-attention kernel on the real KV pool…"):
+            return checks.check(story, step)
 
 
 def export_trace(story: Story, step: int) -> None:

@@ -16,18 +16,12 @@ the timer.
 
 Keyboard: Right = Step, Left = Back, Home = Reset, P = Play/Pause. `announce(step, text)`
 says what the step did in a polite live region under the controls, for a screen reader.
-
-`prefetch_next(compute, step, last_step)` computes the next step in a background thread while
-the learner looks at this one (`ui.scenario.live_badge` does it for the kernel check), so the
-next Step only has to draw.
 """
 
 from __future__ import annotations
 
 import html
 import re
-import threading
-from collections.abc import Callable
 
 import streamlit as st
 
@@ -149,21 +143,3 @@ def _ticker(key: str, interval: float) -> None:
             st.rerun()
 
     tick()
-
-
-# The prefetch starts this long after the page asked for it: Python runs one thread at a time,
-# and a replay (interpreted kernel launches) started at once would hold up the messages that
-# draw the current step. A reader looks at a step for longer than this.
-PREFETCH_DELAY_S = 0.3
-
-
-def prefetch_next(compute: Callable[[int], object], step: int, last_step: int) -> None:
-    """Warm the cache for step + 1 in the background, PREFETCH_DELAY_S from now (`compute` must
-    keep what it computes, e.g. a LiveRun's check, and must not touch Streamlit elements)."""
-    if step < last_step:
-        timer = threading.Timer(PREFETCH_DELAY_S, compute, args=(step + 1,))
-        timer.name = f"prefetch-step-{step + 1}"
-        # Not a daemon (a thread inherits its creator's flag, and script threads are daemons):
-        # at exit Python waits for it, instead of killing it inside a torch or Triton call.
-        timer.daemon = False
-        timer.start()

@@ -113,9 +113,22 @@ class LiveRun:
             self.play.advance()
         return self.play
 
+    def kept(self, step: int) -> bool:
+        """Whether the check at `step` is already computed (asking for it costs nothing)."""
+        return step in self._checks
+
     def check(self, step: int) -> AttentionCheck | None:
         """The paged-attention kernel vs dense attention at `step` (None: nothing attends)."""
         with self._lock:
             if step not in self._checks:
                 self._checks[step] = self.at(step).check_attention()
             return self._checks[step]
+
+    def measured(self, step: int) -> tuple | None:
+        """What the play measured on the real tensors up to `step`, for plays that time
+        something (`Play.measured(step)`, e.g. the unknown ending's K/V copies), else None.
+        Checked first, so the play has run that far."""
+        self.check(step)
+        with self._lock:
+            measure = getattr(self.play, "measured", None)
+            return None if measure is None else measure(step)

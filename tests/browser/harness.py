@@ -7,6 +7,7 @@ Debian's system Chromium through Playwright's `executable_path`; nothing is down
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,7 +15,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,20 +38,23 @@ EXCEPTION = '[data-testid="stException"]'
 IDLE_JS = f"() => !document.querySelector('{RUNNING}') && !document.querySelector('{STALE}')"
 
 
-def venv_python() -> str:
-    candidate = ROOT / ".venv" / "bin" / "python"
+def venv_python(root: Path = ROOT) -> str:
+    candidate = root / ".venv" / "bin" / "python"
     return str(candidate) if candidate.exists() else sys.executable
 
 
-def free_port(ports: range = PORTS) -> int:
+def free_port(ports: range = PORTS, count: int = 1) -> int:
+    """A free localhost port in `ports`, the first of `count` free ones in a row."""
     for port in ports:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        with ExitStack() as stack:
             try:
-                s.bind(("127.0.0.1", port))
+                for p in range(port, port + count):
+                    stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)).bind(
+                        ("127.0.0.1", p))
             except OSError:
                 continue
             return port
-    raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
+    raise RuntimeError(f"no {count} free port(s) in {ports.start}-{ports.stop - 1}")
 
 
 def _healthy(url: str) -> bool:
@@ -62,17 +66,22 @@ def _healthy(url: str) -> bool:
 
 
 @contextmanager
-def serve_app(log_path: Path) -> Iterator[str]:
+def serve_app(log_path: Path, *, root: Path = ROOT, env: dict[str, str] | None = None,
+              on_start=None) -> Iterator[str]:
     """Run the app as `make run` does (`python -m ui.serve`) on a free localhost port; yield
-    its URL; stop it after."""
+    its URL; stop it after. `root`: another checkout of the lab (bench/load.py compares two);
+    `env`: extra environment variables; `on_start(process)` is told the server's process."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
         server = subprocess.Popen(
-            [venv_python(), "-m", "ui.serve", "--server.port", str(port),
+            [venv_python(root), "-m", "ui.serve", "--server.port", str(port),
              "--server.address", "127.0.0.1", "--server.headless", "true",
              "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **(env or {})})
+    if on_start is not None:
+        on_start(server)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _healthy(url):
@@ -88,6 +97,33 @@ def serve_app(log_path: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+
+
+NGINX = Path(shutil.which("nginx") or "/usr/sbin/nginx")
+DEPLOY = ROOT / "deploy" / "lab.sh"
+
+
+@contextmanager
+def serve_replicas(run_dir: Path, replicas: int) -> Iterator[tuple[str, list[int]]]:
+    """Run `replicas` copies of the app behind nginx, as deploy/lab.sh does for a class, on
+    free localhost ports; yield nginx's URL and the replicas' pids; stop them all after."""
+    listen = free_port(range(8700, 8750))
+    env = {**os.environ, "RUN_DIR": str(run_dir), "NGINX_BIN": str(NGINX),
+           "PYTHON": venv_python()}
+    # Output to a file, not a pipe: the daemons it starts would hold a pipe open.
+    with open(run_dir / "lab.sh.out", "wb") as out:
+        started = subprocess.run([str(DEPLOY), "start", str(replicas), f"127.0.0.1:{listen}",
+                                  str(free_port(range(8650, 8700), count=replicas))],
+                                 env=env, timeout=300, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        if started.returncode:
+            logs = "".join(p.read_text()[-1500:] for p in sorted(run_dir.glob("*.log")))
+            raise RuntimeError(f"deploy/lab.sh start failed:\n"
+                               f"{(run_dir / 'lab.sh.out').read_text()}\n{logs}")
+        yield (f"http://127.0.0.1:{listen}",
+               [int(p.read_text()) for p in sorted(run_dir.glob("replica-*.pid"))])
+    finally:
+        subprocess.run([str(DEPLOY), "stop"], env=env, check=True, timeout=120)
 
 
 def launch_chromium(playwright):
