@@ -31,7 +31,7 @@ COPY --chown=lab . .
 # /metrics fetch (the page would reach hosts on the container's network), no developer menu
 # (rerun, clear cache), error types but no tracebacks in the browser, no file watcher, one
 # BLAS thread (the Makefile's default). `make run` adds the port and headless mode.
-ENV PAGED_LAB_DISABLE_URL_FETCH=1 \
+ENV PAGED_LAB_URL_FETCH=off \
     OPENBLAS_NUM_THREADS=1 \
     STREAMLIT_CLIENT_TOOLBAR_MODE=viewer \
     STREAMLIT_CLIENT_SHOW_ERROR_DETAILS=type \

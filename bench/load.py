@@ -2,10 +2,11 @@
 
 Starts the app (`python -m ui.serve`, as `make run` does) on a free localhost port, then drives
 N sessions through Streamlit's own websocket protocol (tests/load_client.py: no browser per
-session). Session i opens one of the animated pages (a mix, in turn) with seed 1000 + i, then
-clicks Step 1.5 s (--think) after each run has finished, like a reader; at the last step it
-clicks Reset and goes on. A Step's latency is the server's: from sending the click's BackMsg to
-the run's script_finished ForwardMsg. Only Steps after every session has opened count.
+session). Session i opens one of the animated pages (a mix, in turn: those the checkout has)
+with seed 1000 + i, then clicks Step 1.5 s (--think) after each run has finished, like a
+reader; at the last step it clicks Reset and goes on. A Step's latency is the server's: from
+sending the click's BackMsg to the run's script_finished ForwardMsg. Only Steps after every
+session has opened count.
 
 Reported per N: Step p50 / p95 / max, Steps per second, errors (an exception on the page, a
 failed run, a timeout, a lost connection), the server's CPU (cores busy, its worker processes
@@ -42,14 +43,20 @@ from tests.browser.harness import ROOT, serve_app, serve_replicas
 from tests.load_client import LabSession, Run, query
 
 # Each page at settings with enough steps to click through for a while.
-PAGES = {"block_tables": {"output_len": 12}, "attention": {"block_size": 8},
-         "fragmentation": {}, "copy_on_write": {}, "prefix_cache": {}}
+PAGES = {"unknown_ending": {}, "block_tables": {"output_len": 12},
+         "attention": {"block_size": 8}, "fragmentation": {}, "copy_on_write": {},
+         "prefix_cache": {}}
 RAMP_S = 0.1  # between two sessions' first loads
 OPEN_TRIES = 3
 
 
-def session_page(i: int) -> tuple[str, str]:
-    page = list(PAGES)[i % len(PAGES)]
+def served_pages(root: Path) -> list[str]:
+    """The PAGES the checkout at `root` has (an older one may lack the newer lessons)."""
+    return [p for p in PAGES if (root / "pages" / f"{p}.py").exists()]
+
+
+def session_page(i: int, pages: list[str]) -> tuple[str, str]:
+    page = pages[i % len(pages)]
     return page, query(seed=1000 + i, **PAGES[page])
 
 
@@ -68,11 +75,11 @@ class Results:
             self.steps.append((sent, run))
 
 
-async def stepper(url: str, i: int, think_s: float, results: Results,
+async def stepper(url: str, i: int, pages: list[str], think_s: float, results: Results,
                   opened: asyncio.Barrier, stop: asyncio.Event) -> None:
     """Session i, until `stop` is set (a flag, not a cancel: asyncio.wait_for in Python 3.11
     can swallow a cancellation that meets an answer, and the session would step on alone)."""
-    page, params = session_page(i)
+    page, params = session_page(i, pages)
     await asyncio.sleep(i * RAMP_S)
     for _ in range(OPEN_TRIES):  # a page that failed to load is reloaded, as a person would
         session = LabSession(url, page, params)
@@ -128,10 +135,10 @@ def browser_steps(url: str, count: int, stop: threading.Event, out: list[float])
         browser.close()
 
 
-async def drive(url: str, n: int, think_s: float, duration_s: float, server: ServerProcess,
-                browsers: int) -> dict:
+async def drive(url: str, n: int, pages: list[str], think_s: float, duration_s: float,
+                server: ServerProcess, browsers: int) -> dict:
     results, opened, done = Results(), asyncio.Barrier(n + 1), asyncio.Event()
-    tasks = [asyncio.create_task(stepper(url, i, think_s, results, opened, done))
+    tasks = [asyncio.create_task(stepper(url, i, pages, think_s, results, opened, done))
              for i in range(n)]
     seen, stop = [], threading.Event()
     if browsers:
@@ -177,7 +184,7 @@ HEADER = ("| N | Steps | Steps/s | Step p50 s | p95 s | max s | errors | open p9
           "load avg 1 min | client cores |\n|--:|--:|--:|--:|--:|--:|--:|--:|--|--:|--|--:|--|--:|")
 
 
-async def memory(url: str, n: int, cycles: int, release_s: float,
+async def memory(url: str, n: int, pages: list[str], cycles: int, release_s: float,
                  server: ServerProcess) -> None:
     """RSS while n sessions do `cycles` Step, Step, Back, Reset cycles each, then after they
     close: Streamlit drops a closed session after server.disconnectedSessionTTL (120 s), on
@@ -187,7 +194,7 @@ async def memory(url: str, n: int, cycles: int, release_s: float,
 
     start = time.monotonic()
     report("server before any session")
-    sessions = [LabSession(url, *session_page(i)) for i in range(n)]
+    sessions = [LabSession(url, *session_page(i, pages)) for i in range(n)]
     for s in sessions:
         await s.open()
     report(f"{n} sessions open")
@@ -245,15 +252,17 @@ def main() -> None:
     where = f"{args.replicas} replicas behind nginx" if args.replicas else args.root
     print(f"{os.cpu_count()} CPUs; serving {where} {env or ''}; think {args.think:g} s; "
           f"{args.duration:g} s measured per N\n")
+    pages = served_pages(args.root)
+    print(f"pages, in turn: {', '.join(pages)}\n")
     if not args.memory:
         print(HEADER)
     for n in args.sessions:
         server = ServerProcess()
         with tempfile.TemporaryDirectory() as tmp, served(args, env, Path(tmp), server) as url:
             if args.memory:
-                asyncio.run(memory(url, n, args.cycles, args.release, server))
+                asyncio.run(memory(url, n, pages, args.cycles, args.release, server))
                 continue
-            result = asyncio.run(drive(url, n, args.think, args.duration, server,
+            result = asyncio.run(drive(url, n, pages, args.think, args.duration, server,
                                        args.browsers))
         print(row(result), flush=True)
         for error in sorted(set(result["errors"]))[:5]:

@@ -13,7 +13,7 @@
 # LISTEN is nginx's `listen` (a port, or address:port). Replica i serves on 127.0.0.1:
 # FIRST_PORT + i, reachable only through nginx. RUN_DIR (default deploy/run) holds the pids,
 # the logs and the rendered nginx.conf. Each replica runs with the settings of a shared
-# deployment: no server-side /metrics fetch (PAGED_LAB_DISABLE_URL_FETCH=1), no developer menu
+# deployment: no server-side /metrics fetch (PAGED_LAB_URL_FETCH=off), no developer menu
 # (rerun, clear cache), error types but no tracebacks in the browser, no file watcher, one BLAS
 # thread, and PAGED_LAB_LIVE_WORKERS kernel-check workers (default 1: the replicas themselves
 # are the parallelism).
@@ -44,7 +44,7 @@ start() {
     while [ "$i" -lt "$replicas" ]; do
         port=$((first + i))
         # setsid: each replica (and its workers) in its own process group, stopped as one.
-        (cd "$root" && PAGED_LAB_DISABLE_URL_FETCH=1 OPENBLAS_NUM_THREADS=1 \
+        (cd "$root" && PAGED_LAB_URL_FETCH=off OPENBLAS_NUM_THREADS=1 \
             PAGED_LAB_LIVE_WORKERS=${PAGED_LAB_LIVE_WORKERS:-1} exec setsid "$PYTHON" -m ui.serve \
             --server.port "$port" --server.address 127.0.0.1 --server.headless true \
             --browser.gatherUsageStats false --server.fileWatcherType none \

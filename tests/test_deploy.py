@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -30,6 +31,14 @@ def lab(tmp_path_factory) -> str:
         assert len(pids) == REPLICAS
         yield url
     assert not list(run_dir.glob("*.pid"))  # every replica and nginx stopped
+
+
+def in_own_thread(fn):
+    """fn() in a thread of its own: the browser tests' session-wide Playwright keeps an event
+    loop running in this one, and neither asyncio.run nor a second sync Playwright may start
+    inside it."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(fn).result()
 
 
 def replica_of(url: str, cookie: str) -> str:
@@ -60,7 +69,7 @@ async def classroom(url: str) -> list[LabSession]:
 
 
 def test_each_session_stays_on_one_replica_and_both_replicas_serve(lab) -> None:
-    sessions = asyncio.run(classroom(lab))
+    sessions = in_own_thread(lambda: asyncio.run(classroom(lab)))
     for session in sessions:
         assert len(session.replicas) == 1, f"session {session.session_id}: {session.replicas}"
     served = set().union(*(s.replicas for s in sessions))
@@ -80,15 +89,18 @@ def test_a_real_browser_steps_through_nginx(lab, tmp_path) -> None:
         wait_settled,
     )
 
-    with sync_api.sync_playwright() as playwright:
-        browser = launch_chromium(playwright)
-        try:
-            page = browser.new_page()
-            open_page(page, f"{lab}/block_tables?seed=3")
-            click_control(page, "forward")
-            wait_settled(page)
-            assert current_step(page) == 1 and not exceptions(page)
-            cookies = {c["name"] for c in page.context.cookies()}
-            assert "lab_replica" in cookies  # the sticky cookie nginx set
-        finally:
-            browser.close()
+    def step_through_nginx() -> None:
+        with sync_api.sync_playwright() as playwright:
+            browser = launch_chromium(playwright)
+            try:
+                page = browser.new_page()
+                open_page(page, f"{lab}/block_tables?seed=3")
+                click_control(page, "forward")
+                wait_settled(page)
+                assert current_step(page) == 1 and not exceptions(page)
+                cookies = {c["name"] for c in page.context.cookies()}
+                assert "lab_replica" in cookies  # the sticky cookie nginx set
+            finally:
+                browser.close()
+
+    in_own_thread(step_through_nginx)

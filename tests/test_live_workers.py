@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.admission_control import AdmissionControlStory
 from lab.scenarios.attention import AttentionConfig, AttentionStory
 from lab.scenarios.block_tables import BlockTablesStory, WalkParams
@@ -25,8 +26,12 @@ from lab.scenarios.live_workers import (
     live_checks,
 )
 from lab.scenarios.prefix_cache import PrefixCacheStory, PrefixConfig
+from lab.scenarios.unknown_ending import EndingConfig, UnknownEndingStory
 from lab.serving.workloads import from_preset
 from tests.scheduler_helpers import config, llama_h100
+
+SMALL_ENDING = EndingConfig(PoolConfig(num_blocks=16, block_size=16, num_kv_heads=2, head_dim=32),
+                            guess=4, num_requests=4, max_output=60)  # moves something
 
 
 def walk(seed: int) -> BlockTablesStory:
@@ -78,7 +83,7 @@ def test_every_page_story_travels_to_a_worker() -> None:
     stories = [walk(1), AttentionStory(AttentionConfig(), 2), FragmentationStory(FragConfig(), 3),
                CopyOnWriteStory(BranchConfig(), 4), PrefixCacheStory(PrefixConfig(), 5),
                AdmissionControlStory(config(), from_preset("alpaca", 4, seed=0, max_tokens=64),
-                                     llama_h100(), 6)]
+                                     llama_h100(), 6), UnknownEndingStory(SMALL_ENDING, 7)]
     for story in stories:
         copy = pickle.loads(pickle.dumps(story))
         assert copy == story and hash(copy) == hash(story)  # the same key in the worker
@@ -94,6 +99,17 @@ def test_a_worker_gives_the_same_verdict_as_this_process(workers) -> None:
     workers.prefetch(story, 5)  # no answer; the check after it is served from the kept run
     assert workers.check(story, 5).max_abs_error == LiveRuns().check(story, 5).max_abs_error
     assert workers.check(walk(0), 0) is None  # step 0: the pool is empty, nothing attends
+
+
+def test_what_a_play_measured_comes_back_from_the_worker_that_played_it(workers) -> None:
+    story = UnknownEndingStory(SMALL_ENDING, 1)
+    moved = [f.step for f in story.frames() if f.logs["contiguous"].moves]
+    last = len(story.frames()) - 1
+    timed, seconds = workers.measured(story, last)
+    assert timed == len(moved) > 0 and seconds > 0  # every move's copy, timed in the worker
+    assert workers.measured(story, moved[0] - 1) == (0, 0)
+    assert LiveRuns().measured(story, last)[0] == timed  # the same moves in this process
+    assert workers.measured(walk(5), 3) is None  # a play that times nothing
 
 
 def test_a_worker_keeps_at_most_max_runs(workers) -> None:
