@@ -263,6 +263,25 @@ def test_story_frames_are_shared_not_copied() -> None:
     assert frames(CopyOnWriteStory(BranchConfig(), 1)) is not first  # another seed
 
 
+def test_shared_results_stay_within_their_budget() -> None:
+    """Frames are kept for every session within a total (ui.scenario.MAX_SHARED_FRAMES), so no
+    sequence of settings, however long, makes the shared cache grow past it."""
+    from ui.memo import _Within
+
+    made: list[int] = []
+    cache = _Within(lambda n: made.append(n) or tuple(range(n)), len, budget=10)
+    first = cache.get((4,))
+    assert cache.get((4,)) is first and made == [4]  # shared, not computed again
+    cache.get((5,))
+    assert (len(cache), cache.weight) == (2, 9)
+    cache.get((3,))  # 12 frames: the least recently used (4) goes
+    assert (len(cache), cache.weight) == (2, 8)
+    cache.get((4,))
+    assert made == [4, 5, 3, 4] and cache.weight == 7  # 5 went to make room
+    cache.get((50,))  # past the budget alone: kept, and only it
+    assert (len(cache), cache.weight) == (1, 50)
+
+
 def _memo_app() -> None:
     import streamlit as st
 

@@ -8,9 +8,10 @@
   returns the step to show.
 - `ui.scenario`: a page's story on screen: `or_stop(build)` (a bad combination of settings:
   message, stop), `frames(story)` (shared by all users), `live_badge(story, step, last)` (the
-  kernel check on the story's live pool, shared by everyone stepping it),
+  kernel check on the story's live pool, shared by everyone stepping it), `live_measured`,
   `export_trace(story, step)`.
-- `ui.memo`: `shared(fn)` (cached across sessions, immutable) and `per_user(key, params, make)`
+- `ui.memo`: `shared(fn)` (cached across sessions, immutable), `shared_within(fn, weigh,
+  budget)` (the same within a total size: a story's frames) and `per_user(key, params, make)`
   (this session's mutable object or result).
 - `ui.layout`: `explain(md)`, `bullets(lines)`, `settings()`, `show_figure(fig, key)`
   (classroom-aware; drawn by `ui.figure_view`, which redraws a key's plot in place).

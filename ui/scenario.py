@@ -23,7 +23,7 @@ from lab.scenarios.live_runs import CheckTimeout, LiveChecks
 from lab.scenarios.live_workers import live_checks
 from lab.scenarios.story import Story
 from ui.kernel_badge import kernel_badge
-from ui.memo import shared
+from ui.memo import shared_within
 from ui.state import is_classroom, is_hidden
 
 # A check prefetched while the learner read the last step is back well within this; only a
@@ -43,13 +43,20 @@ def or_stop(build: Callable[[], T], *, errors: type[Exception] = ValueError,
         st.stop()
 
 
+# Frames kept for every session, in all: a frame is 1-30 KB (the largest, Admission control's
+# step view at its maxima: 45 MiB for 1,439 frames, bench/RESULTS.md "Hostile input"), so at
+# most ~0.6 GiB; a typical story has 10-150 frames, so a few hundred stories fit.
+MAX_SHARED_FRAMES = 20_000
+
+
 def _frames(story: Story) -> tuple:
     return story.frames()
 
 
 def frames(story: Story, *, spinner: bool | str = False) -> tuple:
-    """Every frame of the story (allocator only), cached for all users."""
-    return shared(_frames, max_entries=128, spinner=spinner)(story)
+    """Every frame of the story (allocator only), cached for all users within
+    MAX_SHARED_FRAMES frames in all."""
+    return shared_within(_frames, len, MAX_SHARED_FRAMES, spinner=spinner)(story)
 
 
 def live_badge(story: Story, step: int, last_step: int,
