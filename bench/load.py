@@ -112,7 +112,9 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def browser_steps(url: str, count: int, stop: threading.Event, out: list[float]) -> None:
-    """`count` Chromium tabs on Block tables clicking Step --think apart, in this thread."""
+    """`count` Chromium tabs on Block tables clicking Step --think apart, in this thread. They
+    open it as a class link that hides the questions (a question due holds Step back until it
+    is answered; the websocket sessions' clicks are not held)."""
     from playwright.sync_api import sync_playwright
 
     from bench.ui import timed_click
@@ -122,7 +124,8 @@ def browser_steps(url: str, count: int, stop: threading.Event, out: list[float])
         browser = launch_chromium(playwright)
         tabs = [browser.new_context(viewport=VIEWPORT).new_page() for _ in range(count)]
         for k, tab in enumerate(tabs):
-            open_page(tab, f"{url}/block_tables?{query(seed=500 + k, output_len=12)}")
+            link = query(seed=500 + k, output_len=12, hide="questions")
+            open_page(tab, f"{url}/block_tables?{link}")
         label = tabs[0].locator(".st-key-step label").first.inner_text()  # "Step (0 to N)"
         last = int(label.rsplit(" ", 1)[1].rstrip(")"))
         while not stop.is_set():

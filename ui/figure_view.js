@@ -32,15 +32,96 @@ function loadPlotly() {
   return window.__labPlotly;
 }
 
+// -- fitting a figure to a narrow view (a phone) -------------------------------------------
+// A figure is built for a laptop's column; on a phone its titles would run past the edge (plotly
+// never wraps them) and a grid's labels into each other. Titles are wrapped at spaces to the
+// plot's width, and the labels of a text trace shrink until its widest row fits (at least 7 px).
+const CHAR_EM = 0.52; // a character's average width, in ems, in the lab's sans-serif font
+const MIN_LABEL_PX = 7;
+const fittedTraces = new WeakMap(); // trace -> {width, trace}: a redraw keeps the same objects
+
+function plain(text) {
+  return text.replace(/<[^>]*>/g, "");
+}
+
+function wrap(text, maxChars) {
+  // Each <br>-separated line wrapped at spaces; lines with markup other than <b>/<i> are kept.
+  return text.split("<br>").map((line) => {
+    if (plain(line).length <= maxChars || /<(?!\/?[bi]>)/.test(line)) return line;
+    const out = [];
+    let current = "";
+    for (const word of line.split(" ")) {
+      const next = current ? `${current} ${word}` : word;
+      if (current && plain(next).length > maxChars) {
+        out.push(current);
+        current = word;
+      } else {
+        current = next;
+      }
+    }
+    out.push(current);
+    return out.join("<br>");
+  }).join("<br>");
+}
+
+function wrapTitle(owner, key, px, fontPx) {
+  const title = owner?.[key];
+  const text = typeof title === "string" ? title : title?.text;
+  if (!text) return 0;
+  const wrapped = wrap(text, Math.max(8, Math.floor(px / (fontPx * CHAR_EM))));
+  if (wrapped === text) return 0;
+  owner[key] = typeof title === "string" ? wrapped : { ...title, text: wrapped };
+  return wrapped.split("<br>").length - text.split("<br>").length; // lines added
+}
+
+function fitLabels(trace, plotPx) {
+  const size = trace.textfont?.size;
+  if (trace.type !== "scatter" || !String(trace.mode).includes("text") || !size ||
+      !Array.isArray(trace.text) || !Array.isArray(trace.x)) return trace;
+  const kept = fittedTraces.get(trace);
+  if (kept && kept.width === plotPx) return kept.trace;
+  const columns = new Set(trace.x.map((x) => Math.round(x * 4))).size;
+  const chars = Math.max(1, ...trace.text.map((t) => Math.max(...plain(String(t).replace(
+    /<br>/g, "\n")).split("\n").map((line) => line.length))));
+  const needed = columns * (chars * size * CHAR_EM + 4);
+  const fitted = needed <= plotPx ? trace : {
+    ...trace, textfont: { ...trace.textfont, size: Math.max(MIN_LABEL_PX, size * plotPx / needed) },
+  };
+  fittedTraces.set(trace, { width: plotPx, trace: fitted });
+  return fitted;
+}
+
+function fit(figure, width) {
+  const { layout } = figure;
+  const margin = layout.margin ?? {};
+  const plotPx = width - (margin.l ?? 80) - (margin.r ?? 80);
+  const fitted = { ...layout };
+  const fontPx = layout.font?.size ?? 12;
+  const titlePx = layout.title?.font?.size ?? fontPx * 1.45; // plotly's title, a size up
+  const above = wrapTitle(fitted, "title", width - 20, titlePx) * titlePx * 1.3;
+  if (above) fitted.title = { ...fitted.title, automargin: true, yref: "paper" }; // clear the plot
+  let below = 0;
+  for (const axis of Object.keys(layout).filter((k) => /^xaxis\d*$/.test(k))) {
+    fitted[axis] = { ...layout[axis] };
+    below = Math.max(below, wrapTitle(fitted[axis], "title", plotPx, fontPx) * fontPx * 1.2);
+  }
+  if ((above || below) && layout.height) { // room for the added lines, the plot keeps its size
+    fitted.height = layout.height + above + below;
+    fitted.margin = { ...margin, t: (margin.t ?? 100) + above, b: (margin.b ?? 80) + below };
+  }
+  return { ...figure, layout: fitted, traces: figure.traces.map((t) => fitLabels(t, plotPx)) };
+}
+
 function followWidth(view, Plotly) {
-  // Plotly sizes an autosized plot once, when it draws; redraw it when its column changes width
-  // (window resized, sidebar opened or closed).
+  // Plotly sizes an autosized plot once, when it draws; redraw it, fitted again, when its column
+  // changes width (window resized, sidebar opened or closed).
   if (view.labObserver) return;
   let width = view.clientWidth;
   view.labObserver = new ResizeObserver(() => {
     if (view.clientWidth !== width && view.clientWidth > 0) {
       width = view.clientWidth;
-      Plotly.Plots.resize(view);
+      const next = fit(view.labDrawn, width);
+      Plotly.react(view, next.traces, next.layout, next.config);
     }
   });
   view.labObserver.observe(view);
@@ -87,7 +168,9 @@ export default function (component) {
         view.textContent = "";
         delete view.dataset.failed;
       }
-      return Plotly.react(view, next.traces, next.layout, next.config).then(() => {
+      view.labDrawn = next;
+      const shown = fit(next, view.clientWidth || window.innerWidth);
+      return Plotly.react(view, shown.traces, shown.layout, shown.config).then(() => {
         view.dataset.drawn = String(Number(view.dataset.drawn ?? 0) + 1);
         if (!view.labNext) delete view.dataset.pending;
         if (data.reveal) view.scrollIntoView({ block: "nearest" }); // what the step changed

@@ -120,3 +120,24 @@ def test_a_teacher_link_hides_what_it_names(page, app_url: str) -> None:
     wait_settled(page)
     assert current_step(page) == 1
     assert exceptions(page) == []
+
+
+CLIPPED_TITLES_JS = """() => [...document.querySelectorAll('.lab-figure')].flatMap(view => {
+  const edge = view.getBoundingClientRect();
+  return [...view.querySelectorAll('text.gtitle, text.xtitle')].filter(t => {
+    const box = t.getBoundingClientRect();
+    return box.width > 0 && (box.left < edge.left - 1 || box.right > edge.right + 1);
+  }).map(t => t.textContent);
+})"""
+
+
+@pytest.mark.parametrize("path", ["block_tables", "attention", "fragmentation"])
+def test_on_a_phone_no_figure_title_runs_off_its_figure(browser, app_url: str, path: str) -> None:
+    """At 390x844 the figure view wraps titles and axis titles to the plot's width (plotly
+    never wraps them, and the pool's and the memory map's run past a phone's edge)."""
+    tab = open_fresh(browser, f"{app_url}/{path}", {"width": 390, "height": 844})
+    try:
+        tab.wait_for_function("() => document.querySelector('.lab-figure text.gtitle')")
+        assert tab.evaluate(CLIPPED_TITLES_JS) == [] and not exceptions(tab)
+    finally:
+        tab.context.close()
