@@ -126,10 +126,11 @@ def browser_steps(url: str, count: int, stop: threading.Event, out: list[float])
         for k, tab in enumerate(tabs):
             link = query(seed=500 + k, output_len=12, hide="questions")
             open_page(tab, f"{url}/block_tables?{link}")
-        label = tabs[0].locator(".st-key-step label").first.inner_text()  # "Step (0 to N)"
-        last = int(label.rsplit(" ", 1)[1].rstrip(")"))
+        # Each seed's story has its own length: "Step (0 to N)" on each tab.
+        lasts = [int(tab.locator(".st-key-step label").first.inner_text().rsplit(" ", 1)[1]
+                     .rstrip(")")) for tab in tabs]
         while not stop.is_set():
-            for tab in tabs:
+            for tab, last in zip(tabs, lasts):
                 step = current_step(tab)
                 control = "reset" if step >= last else "forward"
                 ms, _ = timed_click(tab, control, 0 if control == "reset" else step + 1, 0.75)
