@@ -120,8 +120,9 @@ function followWidth(view, Plotly) {
   view.labObserver = new ResizeObserver(() => {
     if (view.clientWidth !== width && view.clientWidth > 0) {
       width = view.clientWidth;
-      const next = fit(view.labDrawn, width);
-      Plotly.react(view, next.traces, next.layout, next.config);
+      const next = fit(view.labDrawn, width); // react keeps the old size: resize after it
+      Plotly.react(view, next.traces, next.layout, next.config)
+        .then(() => Plotly.Plots.resize(view));
     }
   });
   view.labObserver.observe(view);

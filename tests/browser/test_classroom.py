@@ -141,3 +141,17 @@ def test_on_a_phone_no_figure_title_runs_off_its_figure(browser, app_url: str, p
         assert tab.evaluate(CLIPPED_TITLES_JS) == [] and not exceptions(tab)
     finally:
         tab.context.close()
+
+
+def test_a_figure_follows_its_column_when_the_window_narrows(browser, app_url: str) -> None:
+    """A window made narrow after the page drew (a laptop's window dragged small, a tablet
+    turned): each plot takes its column's new width and is fitted again."""
+    tab = open_fresh(browser, f"{app_url}/fragmentation", {"width": 1400, "height": 900})
+    try:
+        tab.set_viewport_size({"width": 390, "height": 844})
+        tab.wait_for_function("""() => [...document.querySelectorAll('.lab-figure')].every(v =>
+            Math.abs(v.querySelector('svg.main-svg').getBoundingClientRect().width
+                     - v.clientWidth) <= 1)""")
+        assert tab.evaluate(CLIPPED_TITLES_JS) == []
+    finally:
+        tab.context.close()
