@@ -9,8 +9,8 @@ navigation. Before the first session it also:
   sessions' interpreted kernels run side by side instead of taking turns in this process;
 * gives torch one thread per operation, unless OMP_NUM_THREADS says otherwise: the lab's
   tensors are tiny, and with two threads each operation waits for a second core, which a
-  busy server does not have (bench/RESULTS.md, Load: a fragmentation step cost 2-5x the CPU);
-  sessions and workers are the parallelism;
+  busy server does not have (while the load benchmark was built, a fragmentation step cost
+  2-5x the CPU with two); sessions and workers are the parallelism;
 * imports pandas: plotly and Streamlit import it lazily, and a session that finds it half
   imported by another session's thread fails (plotly's `get_module` hands out the module
   from sys.modules before it is initialised).
