@@ -67,17 +67,18 @@ class LiveRuns:
               timeout_s: float | None = None) -> AttentionCheck | None:
         """Computed in the calling thread, so with a timeout a check not kept yet raises
         CheckTimeout at once (the caller can show a spinner, then ask without one)."""
-        run = self.run(story)
-        if timeout_s is not None and not run.kept(step):
-            raise CheckTimeout(f"the check at step {step} is not computed yet")
-        return run.check(step)
+        return self._ready(story, step, timeout_s).check(step)
 
     def measured(self, story: Story, step: int,
                  timeout_s: float | None = None) -> tuple | None:
+        return self._ready(story, step, timeout_s).measured(step)
+
+    def _ready(self, story: Story, step: int, timeout_s: float | None) -> LiveRun:
+        """The story's run, or CheckTimeout when asked with a timeout before `step` is kept."""
         run = self.run(story)
         if timeout_s is not None and not run.kept(step):
             raise CheckTimeout(f"the check at step {step} is not computed yet")
-        return run.measured(step)
+        return run
 
     def prefetch(self, story: Story, step: int) -> None:
         timer = threading.Timer(PREFETCH_DELAY_S, self.check, args=(story, step))

@@ -28,6 +28,7 @@ import pickle
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from functools import cache
@@ -149,19 +150,21 @@ class LiveWorkers:
 
     def check(self, story: Story, step: int,
               timeout_s: float | None = None) -> AttentionCheck | None:
-        wait_s = self.timeout_s if timeout_s is None else timeout_s
-        try:
-            return _answer(self._ask(story, step), wait_s)
-        except WorkerLost:  # it died before answering: once more, on the worker replacing it
-            return _answer(self._ask(story, step), wait_s)
+        return self._twice(lambda: self._ask(story, step), timeout_s)
 
     def measured(self, story: Story, step: int,
                  timeout_s: float | None = None) -> tuple | None:
+        return self._twice(lambda: self._worker(story).submit("measured", story, step),
+                           timeout_s)
+
+    def _twice(self, ask: Callable[[], Future], timeout_s: float | None):
+        """ask()'s answer within timeout_s (default self.timeout_s); if the worker died before
+        answering, once more, on the worker replacing it."""
         wait_s = self.timeout_s if timeout_s is None else timeout_s
         try:
-            return _answer(self._worker(story).submit("measured", story, step), wait_s)
+            return _answer(ask(), wait_s)
         except WorkerLost:
-            return _answer(self._worker(story).submit("measured", story, step), wait_s)
+            return _answer(ask(), wait_s)
 
     def _ask(self, story: Story, step: int) -> Future:
         """The answer to (story, step): the request already in flight, or a new one."""
