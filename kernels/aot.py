@@ -30,12 +30,11 @@ from triton.compiler import ASTSource
 from triton.compiler.compiler import make_backend
 from triton.runtime.jit import create_function_from_signature
 
-from kernels.attention_plan import plan_attention
+from kernels.attention_plan import H100_SMS, plan_attention
 from kernels.paged_attention import KernelCall, prepare_launch
 from kernels.paged_inputs import check_paged_inputs
 
 HOPPER = GPUTarget("cuda", 90, 32)
-H100_SMS = 132  # H100 / H200 SXM
 # What one Hopper SM holds: registers, shared memory (each program reserves 1 KB more), threads,
 # programs
 SM_REGISTERS, SM_SHARED, CTA_RESERVED, SM_THREADS, SM_CTAS = 65536, 233472, 1024, 2048, 32

@@ -35,6 +35,7 @@ from kernels.paged_inputs import AttentionShapes
 CTAS_PER_SM = 3  # resident programs an SM should get: enough loads in flight to hide latency
 MIN_SPLIT_KEYS = 256  # below this, a split's merge costs more than its parallelism gains
 MAX_SPLITS = 256  # bounds the partial-state buffers: splits x tokens x heads x head_dim floats
+H100_SMS = 132  # H100 / H200 SXM: the GPU the compile check and the tests plan for
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.attention_plan import AttentionPlan, plan_attention
+from kernels.attention_plan import H100_SMS, AttentionPlan, plan_attention
 from kernels.cache_ops import check_slots
 from kernels.paged_inputs import AttentionShapes, HostBatch, check_paged_inputs
 from tests.test_paged_attention import BASE, DEVICE, make_inputs
-
-H100_SMS = 132
 
 
 def gpu_plan(seqs: tuple[tuple[int, int], ...], heads: int = 32, kv_heads: int = 8,

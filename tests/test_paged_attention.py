@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from kernels.attention_plan import H100_SMS, plan_attention
 from kernels.backend import device
-from kernels.paged_attention import launch_paged_attention, paged_attention
+from kernels.paged_attention import launch_paged_attention, paged_attention, prepare_launch
 from kernels.paged_inputs import check_paged_inputs
 from kernels.reference import dense_attention, gather_kv, online_softmax_steps
 from kernels.whole_batch import shared_prefix_len, whole_batch_layout
@@ -123,6 +124,47 @@ def test_context_split_across_programs_matches(case: Case) -> None:
         assert relative_error(out, ref) < 1e-5
     with pytest.raises(ValueError, match="num_splits"):
         launch_paged_attention(shapes, **inputs, num_splits=2, whole_batch=True)
+
+
+# Shapes whose GPU plan takes each of its paths: query tiles found by a binary search (a
+# prefill longer than a tile), contexts split and merged (chunks of MIN_SPLIT_KEYS), a
+# sequence with no keys first, head_dim short of a power of two (masked K/V loads), block
+# size 32 and 128, one KV head.
+GPU_PLAN_CASES = [
+    Case("tiles_and_splits_gqa4", 8, 2, 64, 16, ((40, 40), (1, 700), (17, 300))),
+    Case("zero_length_first_gqa4", 16, 4, 64, 16, ((0, 0), (1, 700), (3, 40))),
+    Case("decodes_and_a_prefill_d128_bs32", 8, 2, 128, 32, ((1, 900), (1, 33), (70, 70))),
+    Case("masked_d80", 8, 2, 80, 16, ((1, 600), (20, 20))),
+    CASES[3],  # mqa_d96_bs128
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("case", GPU_PLAN_CASES, ids=lambda c: c.name)
+def test_an_h100s_plan_matches_in_the_interpreter(case: Case, dtype: torch.dtype) -> None:
+    """The launch an H100/H200 would get (its tile sizes, split count, in-kernel chunking and
+    merge), run by the interpreter here: the GPU path's index arithmetic is checked on a
+    machine without one (a GPU then adds only code generation, which tests/test_kernels_aot.py
+    checks)."""
+    inputs = make_inputs(case, dtype, DEVICE, seed=40 + GPU_PLAN_CASES.index(case))
+    shapes = check_paged_inputs(**inputs)
+    plan = plan_attention(shapes, dtype, compiled=True, num_sms=H100_SMS)
+    assert not plan.whole_batch and not plan.dot_f32
+    out = prepare_launch(plan, shapes, **inputs).run()
+    ref = dense_attention(**inputs)
+    if dtype == torch.float32:
+        assert relative_error(out, ref) < 1e-5
+    else:
+        torch.testing.assert_close(out.float(), ref.float(), atol=1.5e-2, rtol=1e-2)
+
+
+def test_the_h100_plan_cases_take_every_path() -> None:
+    plans = [plan_attention(check_paged_inputs(**make_inputs(c, torch.float16, "cpu", 0)),
+                            torch.float16, compiled=True, num_sms=H100_SMS)
+             for c in GPU_PLAN_CASES]
+    assert any(p.num_splits > 1 for p in plans) and any(p.num_splits == 1 for p in plans)
+    assert any(not p.one_tile_per_seq for p in plans) and any(p.one_tile_per_seq for p in plans)
+    assert any(p.head_pad > c.head_dim for p, c in zip(plans, GPU_PLAN_CASES))
 
 
 def test_custom_scale_and_strided_query() -> None:
