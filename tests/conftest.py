@@ -3,24 +3,29 @@ for the browser tests.
 
 `app_url` starts `streamlit run app.py` once per test session on a free localhost port
 (8620-8640), waits for its health check and stops it afterwards. It is only started when a test
-asks for it, so unit and page tests never pay for it.
+asks for it, so unit and page tests never pay for it. Streamlit is imported by the fixtures that
+use it, so the kernel and engine tests also run where only torch, Triton and pytest are
+installed (a GPU machine's image: bench/gpu_check.sh).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from streamlit.runtime.pages_manager import PagesManager
-from streamlit.testing.v1 import AppTest
 
-from tests.browser.harness import ROOT, serve_app
-from ui.navigation import use_app_navigation
+if TYPE_CHECKING:
+    from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
 def app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of the app served by a fresh `streamlit run`."""
+    from tests.browser.harness import serve_app
     with serve_app(tmp_path_factory.mktemp("streamlit") / "server.log") as url:
         yield url
 
@@ -29,6 +34,10 @@ def app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def app_navigation(monkeypatch: pytest.MonkeyPatch) -> None:
     """AppTest resets Streamlit's legacy-pages flag before every run; turn it off again as soon
     as the run's PagesManager has decided it, as the lab's launcher does for a server."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    from ui.navigation import use_app_navigation
+
     decide = PagesManager.__init__
 
     def init(self, *args, **kwargs) -> None:
@@ -42,6 +51,7 @@ def app_navigation(monkeypatch: pytest.MonkeyPatch) -> None:
 def open_app_page(app_navigation) -> Callable[..., AppTest]:
     """Open a page's link the way a browser does: app.py runs (its st.navigation) and shows
     the page, with the given query parameters, e.g. open_app_page("pages/x.py", step="3")."""
+    from streamlit.testing.v1 import AppTest
 
     def open_page(page: str, *, timeout: float = 120, **query: str) -> AppTest:
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout)
