@@ -117,7 +117,7 @@ def browser_steps(url: str, count: int, stop: threading.Event, out: list[float])
     is answered; the websocket sessions' clicks are not held)."""
     from playwright.sync_api import sync_playwright
 
-    from bench.ui import timed_click
+    from bench.ui import last_step, timed_click
     from tests.browser.harness import VIEWPORT, current_step, launch_chromium, open_page
 
     with sync_playwright() as playwright:
@@ -126,9 +126,7 @@ def browser_steps(url: str, count: int, stop: threading.Event, out: list[float])
         for k, tab in enumerate(tabs):
             link = query(seed=500 + k, output_len=12, hide="questions")
             open_page(tab, f"{url}/block_tables?{link}")
-        # Each seed's story has its own length: "Step (0 to N)" on each tab.
-        lasts = [int(tab.locator(".st-key-step label").first.inner_text().rsplit(" ", 1)[1]
-                     .rstrip(")")) for tab in tabs]
+        lasts = [last_step(tab) for tab in tabs]  # each seed's story has its own length
         while not stop.is_set():
             for tab, last in zip(tabs, lasts):
                 step = current_step(tab)

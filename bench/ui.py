@@ -81,12 +81,16 @@ def timed_click(page, control: str, expected: int, think_s: float = 0.0
     return since_click, (time.perf_counter() - start) * 1000
 
 
+def last_step(page) -> int:
+    """The last step of the page's story, from its slider's label "Step (0 to N)"."""
+    label = page.locator(".st-key-step label").first.inner_text()
+    return int(re.search(r"0 to (\d+)", label).group(1))
+
+
 def measure(page, url: str, clicks: int, think_s: float
             ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     open_page(page, url)
-    label = page.locator(".st-key-step label").first.inner_text()  # "Step (0 to N)"
-    last = int(re.search(r"0 to (\d+)", label).group(1))
-    clicks = min(clicks, last - 1)
+    clicks = min(clicks, last_step(page) - 1)
     timed_click(page, "forward", 1)  # warm-up: first kernel launch, imports, plotly.js
     forward = [timed_click(page, "forward", 2 + i, think_s) for i in range(clicks)]
     back = [timed_click(page, "back", clicks - i, think_s) for i in range(clicks)]

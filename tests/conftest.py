@@ -11,21 +11,19 @@ installed (a GPU machine's image: bench/gpu_check.sh).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.browser.harness import ROOT, serve_app  # the standard library only
+
 if TYPE_CHECKING:
     from streamlit.testing.v1 import AppTest
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
 def app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of the app served by a fresh `streamlit run`."""
-    from tests.browser.harness import serve_app
     with serve_app(tmp_path_factory.mktemp("streamlit") / "server.log") as url:
         yield url
 
