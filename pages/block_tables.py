@@ -26,7 +26,8 @@ with settings_area:
         "full. Here request **A** is the guide's example (a 30-token prompt, block size 16: two "
         "blocks, the second with 14 tokens); requests B and C arrive one step later each, so "
         "their blocks interleave with A's in the pool. Step 1 prefills A's prompt; after that "
-        "each step decodes one token for every request in the pool.")
+        "each step decodes one token for every request in the pool. A request that has all "
+        "its tokens leaves at the next step, and its blocks go back to the free queue.")
     with settings(folded=True):
         params = walk_settings(output_len=4, help={
             "block_size": "Tokens per block (slots per block).",
@@ -60,7 +61,7 @@ QUESTIONS = [
      1 + target - first.prompt_len),
     (Question("bt_tail", f"A stops after {first.total_len} tokens. How many slots of its last "
                          "block stay unused?",
-              answer=story.tail_slots(all_frames[-1], 0),
+              answer=story.tail_slots(all_frames, 0),
               explanation="The only waste of paging is the unused tail of the last block: "
                           "always fewer than one block per sequence, whatever the output "
                           "length.", context=story),

@@ -28,7 +28,37 @@ def test_guide_example_blocks() -> None:
     assert story.blocks_held(frames, 30) == 2
     assert story.blocks_held(frames, 32) == 2
     assert story.blocks_held(frames, 33) == 3
-    assert story.tail_slots(frames[-1], 0) == 14  # ends at 34 tokens: 14 unused slots
+    assert story.tail_slots(frames, 0) == 14  # ends at 34 tokens: 14 unused slots
+
+
+def test_the_walk_ends_with_every_block_back_in_the_pool() -> None:
+    """The cache disappears when the request ends: a finished request leaves at the next step,
+    its blocks freed, and the last frame is the empty pool."""
+    story = BlockTablesStory(SMALL, 3)
+    frames = story.frames()
+    assert len(frames) == story.last_step + 1
+    assert frames[-1].snapshot.usage.blocks_used == 0 and not frames[-1].seq_names
+    assert frames[-2].snapshot.usage.blocks_used > 0
+    for r in story.requests:
+        leave = int(r.arrival_s) + r.output_len + 1
+        held = blocks_for(r.total_len, SMALL.pool.block_size)
+        name = "ABC"[r.req_id]
+        assert name in frames[leave - 1].seq_names.values()
+        assert name not in frames[leave].seq_names.values()
+        line = next(x for x in story.caption(frames[leave]) if x.startswith(f"**{name}** has"))
+        assert f"its {held} block(s)" in line
+    assert story.caption(frames[-1])[-1] == "Every request has finished: the pool is empty again."
+
+
+def test_the_pool_check_counts_the_most_blocks_held_at_once() -> None:
+    """A pool too small for all requests together still fits a walk whose first request
+    leaves before the last arrives."""
+    spread = WalkParams(PoolConfig(num_blocks=4, block_size=4, head_dim=16), prompt_len=4,
+                        output_len=1, num_requests=3)
+    story = BlockTablesStory(spread, 0)
+    total = sum(blocks_for(r.total_len, 4) for r in story.requests)
+    assert story.blocks_required() < total
+    story.frames()  # plays without WalkTooBig
 
 
 @pytest.mark.parametrize("step", [0, 1, 3, 7])
@@ -41,7 +71,8 @@ def test_frames_match_the_real_pool_and_invariants(step: int) -> None:
     assert frame.snapshot == play.manager.snapshot()
     expected = sum(blocks_for(r.prompt_len + min(r.output_len, max(0, step - int(r.arrival_s))),
                               SMALL.pool.block_size)
-                   for r in story.requests if r.arrival_s <= step)
+                   for r in story.requests  # a finished request leaves the step after its last
+                   if r.arrival_s <= step <= r.arrival_s + r.output_len)
     assert frame.snapshot.usage.blocks_used == expected
     check = live.check(step)
     if frame.seq_names:

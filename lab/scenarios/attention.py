@@ -1,8 +1,8 @@
 """Attention over blocks: what the kernel reads for one sequence, and why placement is invisible.
 
-The story plays the allocator walk (lab/scenarios/block_tables.py) to its end on the real pool
-(all requests decoded, blocks interleaved), then relocates the chosen request's blocks
-`placement` times (real copies, lab/memory/relocate.py). Step k shows the kernel having read
+The story plays the allocator walk (lab/scenarios/block_tables.py) on the real pool until the
+chosen request has all its tokens (its blocks interleaved with the others'), then relocates its
+blocks `placement` times (real copies, lab/memory/relocate.py). Step k shows the kernel having read
 the first k of the request's logical blocks; every step carries the kernel's output for the
 request's newest token against dense attention, the output's change since placement 0 (zero:
 the block table hides where blocks live), and the per-block online-softmax bookkeeping of one
@@ -19,7 +19,7 @@ from lab.memory.block_table import blocks_for
 from lab.memory.kernel_check import check_kernel
 from lab.memory.relocate import relocate
 from lab.memory.snapshot import Snapshot
-from lab.scenarios.block_tables import BlockTablesStory, WalkParams, request_name
+from lab.scenarios.block_tables import BlockTablesStory, WalkParams, last_decode, request_name
 from lab.scenarios.story import Story
 
 MAX_PLACEMENTS = 20
@@ -65,8 +65,10 @@ class AttentionFrame:
 
 class AttentionPlay:
     def __init__(self, cfg: AttentionConfig, seed: int) -> None:
-        walk = BlockTablesStory(cfg.walk, seed).play(store_kv=True)
-        while not walk.done:
+        story = BlockTablesStory(cfg.walk, seed)
+        walk = story.play(store_kv=True)
+        index = next(r.req_id for r in story.requests if request_name(r.req_id) == cfg.request)
+        while walk.step < last_decode(story.requests[index]):  # until it has all its tokens
             walk.advance()
         manager = walk.manager
         seq_id = {name: s for s, name in walk.names.items()}[cfg.request]

@@ -4,8 +4,9 @@ Request A has the prompt and output lengths the learner picks (the guide's examp
 output 4, block size 16). Requests B, C, ... get seeded lengths around A's and arrive one step
 apart, so their blocks interleave in the pool. Step 0 is the empty pool; at step i + 1 request
 i arrives and its prompt is prefilled; every request already in the pool then decodes one token
-per step until it has its output. Finished requests keep their blocks, so the last picture shows
-each request's unused tail.
+per step until it has its output. A finished request is shown whole for one step (its last
+block's unused tail on screen), then it leaves and its blocks go back to the free queue, so
+the walk ends with the pool empty: the cache "disappears when the request ends".
 
 A token's K/V depends only on (seed, token id, position) (lab/serving/synthetic_kv.py): played
 on the real pool, the walk writes each token's K/V into the slot the allocator gave it, and the
@@ -53,6 +54,11 @@ def request_name(req_id: int) -> str:
     return REQUEST_NAMES[req_id]
 
 
+def last_decode(request: RequestSpec) -> int:
+    """The step at which the request decodes its last token (it leaves at the next)."""
+    return int(request.arrival_s) + request.output_len
+
+
 def walk_requests(params: WalkParams, seed: int) -> tuple[RequestSpec, ...]:
     """Request A from the parameters; the others seeded around A's lengths. Request i arrives
     at step i + 1."""
@@ -75,6 +81,7 @@ class WalkFrame:
     seq_names: dict[int, str]  # engine seq_id -> request name, for the requests in the pool
     snapshot: Snapshot
     events: tuple[Event, ...]  # what this step did
+    left: dict[int, str] = field(default_factory=dict)  # seq_id -> name of those that left
 
 
 class WalkPlay:
@@ -86,7 +93,7 @@ class WalkPlay:
         self.names: dict[int, str] = {}  # seq_id -> request name
         self.seq_of: dict[int, int] = {}  # req_id -> seq_id
         self.step = -1
-        self.last_step = max(int(r.arrival_s) + r.output_len for r in self.requests)
+        self.last_step = max(last_decode(r) for r in self.requests) + 1
 
     @property
     def done(self) -> bool:
@@ -96,6 +103,7 @@ class WalkPlay:
         self.step += 1
         self.manager.events.step = self.step
         mark = len(self.manager.events)
+        left = {}
         for r in self.requests:
             arrival = int(r.arrival_s)
             if arrival == self.step:  # prefill: blocks for the whole prompt
@@ -106,9 +114,13 @@ class WalkPlay:
                 pos = r.prompt_len + self.step - arrival - 1
                 self.manager.append_token(self.seq_of[r.req_id], r.tokens[pos])
                 self._write(self.seq_of[r.req_id], pos, r.tokens[pos:pos + 1])
+            elif self.step == last_decode(r) + 1:  # finished: its blocks go back
+                seq_id = self.seq_of.pop(r.req_id)
+                self.manager.free(seq_id)
+                left[seq_id] = self.names.pop(seq_id)
         events = tuple(self.manager.events.since(mark))
         return WalkFrame(self.step, self.requests, dict(self.names), self.manager.snapshot(),
-                         events)
+                         events, left)
 
     def _write(self, seq_id: int, start: int, tokens: tuple[int, ...]) -> None:
         if self.kv is None:
@@ -143,13 +155,20 @@ class BlockTablesStory(Story[WalkFrame]):
 
     @property
     def last_step(self) -> int:
-        """The step at which the last request has decoded its last token."""
-        return max(int(r.arrival_s) + r.output_len for r in self.requests)
+        """The step at which the last request leaves and the pool is empty again."""
+        return max(last_decode(r) for r in self.requests) + 1
 
     def blocks_required(self) -> int:
-        """Blocks the whole walk holds at its end (nothing is freed)."""
+        """The most blocks the walk holds at once."""
         bs = self.config.pool.block_size
-        return sum(blocks_for(r.total_len, bs) for r in self.requests)
+
+        def held(r: RequestSpec, step: int) -> int:
+            arrival = int(r.arrival_s)
+            if not arrival <= step <= last_decode(r):
+                return 0
+            return blocks_for(r.prompt_len + step - arrival, bs)
+
+        return max(sum(held(r, step) for r in self.requests) for step in range(self.last_step))
 
     def check_fits(self) -> None:
         """Raise WalkTooBig, saying what to change, if the pool is too small for the walk."""
@@ -157,7 +176,7 @@ class BlockTablesStory(Story[WalkFrame]):
         if needed > p.pool.num_blocks:
             raise WalkTooBig(
                 f"These {p.num_requests} request(s) need {needed} blocks of "
-                f"{p.pool.block_size} tokens by the end, but the pool has {p.pool.num_blocks}. "
+                f"{p.pool.block_size} tokens at once, but the pool has {p.pool.num_blocks}. "
                 "Shorten the prompt or the output, use fewer requests, or enlarge the pool.")
 
     def blocks_held(self, frames: tuple[WalkFrame, ...], num_tokens: int) -> int:
@@ -169,8 +188,9 @@ class BlockTablesStory(Story[WalkFrame]):
         frame = frames[int(first.arrival_s) + num_tokens - first.prompt_len]
         return len(frame.snapshot.sequences[0].block_table)
 
-    def tail_slots(self, frame: WalkFrame, req_id: int) -> int:
-        """Unused slots in the last block of a request in the pool at this frame."""
+    def tail_slots(self, frames: tuple[WalkFrame, ...], req_id: int) -> int:
+        """Unused slots in a request's last block once it has all its tokens."""
+        frame = frames[last_decode(self.requests[req_id])]
         seq_id = {name: s for s, name in frame.seq_names.items()}[request_name(req_id)]
         seq = next(s for s in frame.snapshot.sequences if s.seq_id == seq_id)
         return len(seq.block_table) * self.config.pool.block_size - seq.num_tokens
@@ -181,7 +201,7 @@ class BlockTablesStory(Story[WalkFrame]):
         if frame.step == 0:
             return [f"The pool is empty: {frame.snapshot.num_blocks} free blocks of {bs} "
                     "slots. Press Step to prefill request A's prompt."]
-        by_name = {name: seq_id for seq_id, name in frame.seq_names.items()}
+        by_name = {name: seq_id for seq_id, name in (frame.seq_names | frame.left).items()}
         lines = []
         for request in frame.requests:
             name = request_name(request.req_id)
@@ -201,4 +221,11 @@ class BlockTablesStory(Story[WalkFrame]):
                     tail = blocks_for(request.total_len, bs) * bs - request.total_len
                     lines.append(f"**{name}** is finished at {request.total_len} tokens: "
                                  f"{tail} slot(s) of its last block stay unused.")
+            freed = [e.block_id for e in mine if e.kind == "free"]
+            if freed:
+                lines.append(f"**{name}** has left: its {len(freed)} block(s) "
+                             f"({', '.join(map(str, freed))}) go back to the free queue, "
+                             "ready for the next request.")
+        if not frame.seq_names and frame.left:
+            lines.append("Every request has finished: the pool is empty again.")
         return lines
