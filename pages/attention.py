@@ -105,6 +105,11 @@ def show_step(step: int) -> None:
                       help="Largest difference between the kernel's output now and at "
                            "placement 0 (before any shuffle): the block table hides where "
                            "blocks live.")
+        if SHIFT.answered:  # the second half would answer the question
+            st.caption("Two different comparisons. The badge: the float32 kernel against a "
+                       "float64 dense reference, so a small error is float32 rounding. "
+                       "**Output change**: the kernel's output now against its own output "
+                       "before any shuffle, the same float32 arithmetic in the same order.")
     labels = {p: f"L{i}" for i, p in enumerate(frame.block_table)}
     with parts.main:
         show_figure(pool_grid(frame.snapshot, frame.seq_names, highlight=frame.read,
