@@ -73,7 +73,8 @@ def step_caption(step: int, lines: list[str], *, held: bool = False) -> None:
     """What this step did: a bulleted list, also announced to a screen reader (unless it is
     held back until a question is answered)."""
     bullets(lines)
-    announce(step, "; ".join(lines) if not held else
+    sentences = " ".join(line if line.endswith((".", "!", "?")) else f"{line}." for line in lines)
+    announce(step, sentences if not held else
              "what it did is held back until you answer the question on the page.")
 
 
