@@ -187,6 +187,19 @@ def test_predict_then_reveal() -> None:
     assert "1 of 1 on this page" in at.caption[-1].value
 
 
+def test_a_new_setting_clears_the_old_guess_and_keeps_the_old_score() -> None:
+    at = AppTest.from_function(_predict_app, default_timeout=TIMEOUT).run()
+    at.number_input(key="q_guess").set_value(3)
+    at.button(key="q_check").click().run()
+    assert "1 of 1 on this page" in at.caption[-1].value
+    at.session_state["block_size"] = 8  # a new question: the box is empty again
+    at.run()
+    assert at.number_input(key="q_guess").value is None
+    at.number_input(key="q_guess").set_value(1)
+    at.button(key="q_check").click().run()
+    assert "1 of 2 on this page" in at.caption[-1].value  # the right answer still counts
+
+
 def test_a_new_context_asks_again_and_just_show_me_reveals() -> None:
     at = AppTest.from_function(_predict_app, default_timeout=TIMEOUT).run()
     at.button(key="q_show").click().run()

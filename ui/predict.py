@@ -27,7 +27,8 @@ from ui.state import current_page, first_time_this_run, is_classroom, is_hidden
 
 Answer = int | str
 _ANSWERS = "_ui_answers"  # session: {key: (signature, guess or SHOWN)}
-_SCORE = "_ui_score"  # session: {page: {key: right?}}, questions checked with a guess
+_SCORE = "_ui_score"  # session: {page: {signature: right?}}, questions checked with a guess
+_ASKED = "_ui_asked"  # session: {key: the signature last asked}
 SHOWN = "shown"
 
 
@@ -64,6 +65,7 @@ class Question:
         """Draw the question, and once answered, the verdict and the explanation."""
         if is_hidden("questions"):
             return
+        self._forget_an_old_guess()
         box = (st.expander(f"A question for the class: {self.text}", icon=":material/quiz:")
                if is_classroom() else st.container())
         with box, st.form(f"{self.key}_form", border=True):
@@ -97,6 +99,13 @@ class Question:
                      f"**{_shown(answer)}**. {self.explanation}")
         st.caption(score_line())
 
+    def _forget_an_old_guess(self) -> None:
+        """A new setting asks a new question: the box starts empty, not with the old guess."""
+        asked = st.session_state.setdefault(_ASKED, {})
+        if asked.get(self.key, self.signature) != self.signature:
+            st.session_state.pop(f"{self.key}_guess", None)
+        asked[self.key] = self.signature
+
     def _checked(self) -> None:
         guess = st.session_state.get(f"{self.key}_guess")
         if guess is None:
@@ -104,7 +113,7 @@ class Question:
             return
         st.session_state.setdefault(_ANSWERS, {})[self.key] = (self.signature, guess)
         page = st.session_state.setdefault(_SCORE, {}).setdefault(current_page(), {})
-        page[self.key] = _same(guess, self.value())
+        page[self.signature] = _same(guess, self.value())  # a new question adds, never replaces
 
     def _shown(self) -> None:
         st.session_state.setdefault(_ANSWERS, {})[self.key] = (self.signature, SHOWN)
