@@ -71,3 +71,15 @@ def test_predict_answers_come_from_the_engine(open_page) -> None:
     at.number_input(key="bt_tail_guess").set_value(14)  # a form: sent with Check
     at.button(key="bt_tail_check").click().run()
     assert at.success[0].value.startswith("Right: **14**")
+
+
+def test_a_locked_class_link_locks_the_seed_and_hides_the_link_maker(open_page) -> None:
+    at = open_page(lock="1", seed="7")
+    assert not at.exception
+    seed_box = next(n for n in at.sidebar.number_input if n.label == "Random seed")
+    assert seed_box.disabled and seed_box.value == 7
+    assert not [e for e in at.sidebar.expander if e.label == "Make a class link"]
+    assert "locked" in " ".join(c.value for c in at.sidebar.caption)
+    unlocked = open_page(seed="7")
+    assert not next(n for n in unlocked.sidebar.number_input if n.label == "Random seed").disabled
+    assert [e for e in unlocked.sidebar.expander if e.label == "Make a class link"]

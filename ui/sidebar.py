@@ -22,6 +22,7 @@ from ui.state import (
     int_param,
     is_classroom,
     is_hidden,
+    is_locked,
     set_link_slot,
     share_url,
     teacher_settings,
@@ -47,6 +48,7 @@ def sidebar() -> None:
     begin_run(warn_slot=st.empty())  # refused link values are listed at the top of the page
     side = st.sidebar
     side.markdown(f"**Compute backend**  \n{backend().label}")
+    teacher_settings()  # first: a locked link locks the seed too
     int_param("Random seed", "seed", default=0, min_value=0, max_value=MAX_SEED,
               widget="number", container=side, page=GLOBAL,
               help="Every random choice on a page (token ids, K/V values, queries, request "
@@ -55,7 +57,6 @@ def sidebar() -> None:
                help="Large type and the figure first, for a projector; explanations and "
                     "settings fold away below. It stays on from page to page until turned "
                     "off. Same as adding ?classroom=1 to the link.")
-    teacher_settings()
     styles = [_css("lab.css")]
     if is_classroom():
         styles.append(_css("classroom.css"))
@@ -63,6 +64,10 @@ def sidebar() -> None:
     st.html(f"<style>{''.join(styles)}</style>")
     side.markdown("**Copy link** — reopens this exact state in a fresh browser:")
     set_link_slot(side.container(key="copy_link").empty())
+    if is_locked():  # the class keeps the teacher's example: no link maker, no unlock
+        side.caption(":material/lock: This class link is locked: the example and its seed "
+                     "stay as the teacher set them.")
+        return
     with side.expander("Make a class link"):
         st.caption("For a class: the same example, with the controls you pick hidden, "
                    "classroom mode on, and (if locked) no setting the class can change.")
