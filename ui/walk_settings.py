@@ -13,7 +13,9 @@ import streamlit as st
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.block_tables import BlockTablesStory, WalkParams, WalkTooBig
 from ui.scenario import or_stop
-from ui.state import int_param
+from ui.state import int_param, is_classroom
+
+POOL, CLASSROOM_POOL = 64, 24  # blocks
 
 
 def walk_settings(*, output_len: int, help: Mapping[str, str] | None = None) -> WalkParams:
@@ -29,7 +31,9 @@ def walk_settings(*, output_len: int, help: Mapping[str, str] | None = None) -> 
                        max_value=256, container=cols[2], help=tip("output_len"))
     num_requests = int_param("Requests", "requests", default=3, min_value=1, max_value=6,
                              container=cols[3], help=tip("requests"))
-    num_blocks = int_param("Pool (blocks)", "num_blocks", default=64, min_value=4,
+    # On a projector a smaller pool leaves room for the block tables beside it.
+    pool = CLASSROOM_POOL if is_classroom() else POOL
+    num_blocks = int_param("Pool (blocks)", "num_blocks", default=pool, min_value=4,
                            max_value=256, widget="number", container=cols[4],
                            help=tip("num_blocks"))
     return WalkParams(PoolConfig(num_blocks=num_blocks, block_size=block_size),
