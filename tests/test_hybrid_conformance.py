@@ -16,8 +16,10 @@ free blocks before each preemption, after schedule() and at the end of the step,
 request's table per group with its null positions. The first difference fails the test,
 naming the step, the field and both values.
 
-With one full-attention group (the scheduler traces) the same manager reproduces vLLM's
-single-group KV cache manager, as the lab's KVCacheManager does.
+With one full-attention group the same manager reproduces vLLM's single-group KV cache
+manager, as the lab's KVCacheManager does: through the scheduler traces' decisions, and through
+the allocator traces the KVCacheManager replays (tests/test_conformance.py), down to the free
+queue and the cached blocks after every operation.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ from pathlib import Path
 import pytest
 
 from lab.memory.hybrid_cache_manager import HybridKVCacheManager
+from lab.memory.kv_cache_groups import FullAttention
+from tests.test_conformance import FILES as ALLOCATOR_FILES
+from tests.test_conformance import Replay as AllocatorReplay
+from tests.test_conformance import expect
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT.parent / "shared" / "conformance"
@@ -148,3 +154,49 @@ def test_one_full_group_is_the_single_group_manager(name: str) -> None:
     data = load(GOLDEN / "scheduler" / name)
     assert data["config"].get("kv_cache_groups", [{"kind": "full"}]) == [{"kind": "full"}]
     Replay(data).run()
+
+
+class OneFullGroup(AllocatorReplay):
+    """The allocator traces (../shared/conformance/*.json*, the ones the lab's KVCacheManager
+    replays in tests/test_conformance.py) through a HybridKVCacheManager with one full group:
+    the same outcomes, free queue (head first) and cached blocks after every operation."""
+
+    def __init__(self, data: dict) -> None:
+        self.data = data
+        unbounded = 1 << 20  # no step budget or length limit in these traces
+        self.m = HybridKVCacheManager([FullAttention()], data["num_blocks"], data["block_size"],
+                                      unbounded, unbounded, record_events=False)
+        self.live: dict[int, list[int]] = {}  # request id -> its tokens
+
+    def apply(self, op: dict) -> dict:
+        m, req = self.m, op["req"]
+        if op["op"] == "admit":
+            tokens = self.prompt(req) + self.data["requests"][req]["output"][:op["outputs"]]
+            hit_tokens, hit = m.find_prefix_hit(tokens)
+            if not m.can_admit(len(tokens), hit_tokens, hit):
+                return {"ok": False}
+            assert m.allocate_slots(req, tokens, hit_tokens, len(tokens) - hit_tokens, hit)
+            self.live[req] = tokens
+            return {"ok": True, "hit": hit_tokens, "table": m.block_tables(req)[0]}
+        if op["op"] == "append":
+            tokens = self.live[req] + [op["token"]]
+            if m.allocate_slots(req, tokens, len(tokens) - 1, 1) is None:
+                return {"ok": False}
+            self.live[req] = tokens
+            return {"ok": True, "table": m.block_tables(req)[0]}
+        outcome = {"num_tokens": len(self.live.pop(req)), "table": m.block_tables(req)[0]}
+        m.free(req)
+        return outcome
+
+
+@pytest.mark.parametrize("path", ALLOCATOR_FILES, ids=lambda p: p.name)
+def test_one_full_group_replays_the_allocator_traces(path: Path) -> None:
+    data = load(path)
+    replay = OneFullGroup(data)
+    for step in data["steps"]:
+        for i, op in enumerate(step["ops"]):  # its outcome and the state it left
+            seen = {**replay.apply(op), **replay.state()}
+            expect(seen, op, tuple(seen), f"step {step['step']}, operation {i} ({op['op']})")
+        expect(replay.state(), step, ("free", "free_queue", "cached"), f"step {step['step']}")
+        replay.m.check_invariants()
+    assert not replay.live and replay.m.num_free == data["num_blocks"]
