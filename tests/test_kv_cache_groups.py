@@ -184,7 +184,12 @@ def test_admission_caps_a_windowed_group() -> None:
     prompt = tokens(40)
     m = manager(F, SlidingWindow(8), num_blocks=16, batched=12)
     assert m.admission_caps == (None, 6)
+    assert m.blocks_to_admit(len(prompt), ([], [])) == 16
     assert m.can_admit(len(prompt), 0, ([], []))
+    assert not m.can_admit(len(prompt), 0, ([], []), reserve=1)  # a watermark of 1 block
+    # The first chunk (12 tokens, 3 blocks per group) fits, but not with 11 of 16 kept free.
+    assert m.allocate_slots(0, prompt, 0, 12, reserve=11) is None
+    assert m.num_free == 16
     m.allocate_slots(9, tokens(4, start=900), 0, 4)  # one block per group elsewhere: 14 free
     assert not m.can_admit(len(prompt), 0, ([], []))
 

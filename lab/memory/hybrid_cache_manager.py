@@ -165,15 +165,23 @@ class HybridKVCacheManager:
         idle_hits = sum(b != NULL_BLOCK and refs[b] == 0 for b in hit[skipped:])
         return max(required - max(skipped, len(hit)), 0) + idle_hits
 
-    def can_admit(self, num_tokens: int, hit_tokens: int, hit: GroupBlocks) -> bool:
-        """Whether the whole current sequence fits at admission (scheduler_reserve_full_isl):
-        summed over groups, the blocks it needs minus its hit blocks plus the hit blocks in the
-        free queue, a windowed group counting at most its admission cap."""
-        num_tokens = min(num_tokens, self.max_model_len)
+    def blocks_to_admit(self, num_tokens: int, hit: GroupBlocks) -> int:
+        """Free blocks the whole current sequence of a request being admitted counts
+        (scheduler_reserve_full_isl): summed over groups, the blocks it needs minus its hit
+        blocks plus the hit blocks in the free queue, a windowed group counting at most its
+        admission cap (its old blocks are recycled as the window moves)."""
+        hit_tokens = len(hit[0]) * self.block_size if hit else 0
         hit = self._check_hit(hit, hit_tokens)
-        needed = sum(self._blocks_to_take(g, None, num_tokens, hit[g], hit_tokens, capped=True)
-                     for g in range(self.num_groups))
-        return needed <= self.num_free
+        num_tokens = min(num_tokens, self.max_model_len)
+        return sum(self._blocks_to_take(g, None, num_tokens, hit[g], hit_tokens, capped=True)
+                   for g in range(self.num_groups))
+
+    def can_admit(self, num_tokens: int, hit_tokens: int, hit: GroupBlocks,
+                  reserve: int = 0) -> bool:
+        """Whether the whole current sequence fits at admission, `reserve` blocks kept free
+        besides (a watermark)."""
+        self._check_hit(hit, hit_tokens)
+        return self.blocks_to_admit(num_tokens, hit) + reserve <= self.num_free
 
     def _check_hit(self, hit: GroupBlocks | None, hit_tokens: int) -> GroupBlocks:
         if hit is None or not any(hit):
@@ -185,13 +193,14 @@ class HybridKVCacheManager:
         return hit
 
     def allocate_slots(self, req_id: int, tokens: list[int], num_computed: int,
-                       num_new_tokens: int, hit: GroupBlocks | None = None
+                       num_new_tokens: int, hit: GroupBlocks | None = None, reserve: int = 0
                        ) -> GroupBlocks | None:
         """Slots for tokens [.., num_computed + num_new_tokens) of a request; `tokens` is its
         whole current token list. On admission num_computed is the hit and `hit` its blocks,
         which take a reference first (positions before a window stay null).
 
-        Returns the blocks newly appended per group, or None when the pool cannot give them:
+        Returns the blocks newly appended per group (block_tables gives the whole tables), or
+        None when the pool cannot give them with `reserve` blocks left besides:
         then no block was taken, but out-of-window blocks were still freed, as vLLM frees them
         before it counts (the request no longer needs them either way). Full blocks up to
         num_computed + num_new_tokens are cached now, before the model runs, as vLLM does."""
@@ -212,7 +221,7 @@ class HybridKVCacheManager:
         needed = sum(self._blocks_to_take(g, None if tables is None else tables[g], slots,
                                           hit[g] if tables is None else [], num_computed)
                      for g in range(self.num_groups))
-        if needed > self.num_free:
+        if needed and needed + reserve > self.num_free:
             return None
         if tables is None:
             tables = [self._take_hit(req_id, g, hit[g], num_computed)
