@@ -2,8 +2,9 @@
 
 Llama-3.1-8B on an H100 80 GB (cost model from the presets), a pool sized by the capacity
 sheet (gpu_memory_utilization 0.9, 2 GiB reserve), block size 16, max_num_seqs 256,
-max_num_batched_tokens 8192, all requests arriving at once. Prints iterations/s and wall time
-for the paged pool (recompute and swap preemption) and the contiguous baseline.
+max_num_batched_tokens 8192, all requests arriving at once. Prints steps/s and wall time for
+the paged pool under vLLM V1 (0.33) and under the paper's V0 (recompute and swap preemption),
+a pool an eighth the size, and the contiguous baseline.
 
     python bench/scheduler.py [--requests 10000] [--seed 0]
 """
@@ -60,23 +61,25 @@ def main() -> None:
     blocks = pool_blocks(16)
     print(f"{d['requests']:,} requests, prompt mean {d['prompt_mean']:.0f}, output mean "
           f"{d['output_mean']:.0f}; {cost.label}; {blocks:,} blocks of 16 tokens")
-    runs = [("paged", "recompute", blocks), ("paged", "swap", blocks),
-            ("paged", "recompute", blocks // 8), ("contiguous", "recompute", blocks)]
-    head = (f"{'allocator':<11}{'preempt':<10}{'blocks':>8}{'iters':>8}{'wall s':>8}{'cpu s':>7}"
-            f"{'iters/s':>9}{'tok/s (sim)':>13}{'preempts':>9}{'TTFT p50 s':>11}{'ITL p99 ms':>11}")
+    runs = [("paged", "v1", "recompute", blocks), ("paged", "v0", "recompute", blocks),
+            ("paged", "v0", "swap", blocks), ("paged", "v1", "recompute", blocks // 8),
+            ("contiguous", "v1", "recompute", blocks)]
+    head = (f"{'allocator':<11}{'engine':<7}{'preempt':<10}{'blocks':>8}{'steps':>8}{'wall s':>8}"
+            f"{'cpu s':>7}{'steps/s':>9}{'tok/s (sim)':>13}{'preempts':>9}{'TTFT p50 s':>11}"
+            f"{'ITL p99 ms':>11}")
     print(f"CPU calibration: {calibrate():.0f} ns per iteration of a bare Python loop")
     print(head)
     print("-" * len(head))
-    for allocator, mode, num_blocks in runs:
+    for allocator, engine, mode, num_blocks in runs:
         cfg = SchedulerConfig(pool=replace(COMPUTE_POOL, num_blocks=num_blocks, block_size=16),
-                              max_num_seqs=256, max_num_batched_tokens=8192,
+                              max_num_seqs=256, max_num_batched_tokens=8192, engine=engine,
                               allocator=allocator, preemption_mode=mode, explain=False)
         t0, c0 = time.perf_counter(), time.process_time()
         sched = Scheduler(requests, cfg, cost, seed=args.seed)
         run(sched)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         s = summarize(sched)
-        print(f"{allocator:<11}{mode:<10}{num_blocks:>8,}{sched.iteration:>8,}{wall:>8.2f}"
+        print(f"{allocator:<11}{engine:<7}{mode:<10}{num_blocks:>8,}{sched.iteration:>8,}{wall:>8.2f}"
               f"{cpu:>7.2f}"
               f"{sched.iteration / wall:>9,.0f}{s.throughput_tok_s:>13,.0f}{s.preemptions:>9,}"
               f"{s.ttft.p50:>11.2f}{s.itl.p99 * 1e3:>11.1f}")

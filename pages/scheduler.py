@@ -41,13 +41,16 @@ def _two_classes(requests) -> bool:
 settings_area, stage = page_parts()
 with settings_area:
     explain(
-        "Paging makes the pool easy to fill, but the pool still has an end. Every **iteration** "
-        "the scheduler gives each running request its next token (or a chunk of its prompt) within"
-        " a **token budget** and **max_num_seqs**, then admits waiting requests whose prompt "
-        "blocks fit above a **watermark**. When a running request needs a block and none is free, "
-        "a victim is **preempted**: by *recompute* (its blocks freed, its tokens computed again "
-        "later) or by *swap* (its blocks copied to CPU memory and back). Memory decides who stays "
-        "active; scheduling decides which tokens run next."
+        "Paging makes the pool easy to fill, but the pool still has an end. Every **step**, "
+        "vLLM V1 (0.33) first gives each running request its next tokens (one for a decode, the "
+        "next chunk of a prompt) within a **token budget** and **max_num_seqs**, then admits "
+        "waiting requests with what is left: the whole sequence must fit in the free blocks, "
+        "but only the scheduled chunk's blocks are taken. When a running request needs a block "
+        "and none is free, a victim is **preempted by recompute**: its blocks are freed, it goes "
+        "back to the front of the queue, and nothing is admitted in that step. The paper's "
+        "engine (vLLM V0, 2023) took a prompt's blocks all at once above a 1% **watermark** and "
+        "could also **swap** a victim to CPU memory; choose it under Engine to compare. Memory "
+        "decides who stays active; scheduling decides which tokens run next."
     )
 
     with settings(folded=small):
@@ -120,10 +123,11 @@ if len(all_frames) == MAX_STEPS:
 
 
 VICTIM_RULE = {
-    "newest": "the scheduler preempts from the back of its serving order: the request admitted "
-              "last gives its blocks back first",
-    "priority": "the scheduler preempts the least important request (the largest priority "
-                "value), the one admitted last among equals",
+    "fcfs": "the scheduler preempts the last request in its running list: the one admitted "
+            "last gives its blocks back first",
+    "priority": "vLLM V1 preempts the running request with the largest (priority, arrival): "
+                "the least important, the latest arrival among equals (vLLM V0 preempted the "
+                "last one in its priority-sorted serving order)",
 }
 
 
@@ -133,10 +137,10 @@ def victim_question(step: int) -> list[tuple[Question, int]]:
     if coming is None:
         return []
     question = Question(
-        "sched_victim", f"Iteration {all_frames[coming.step].record.index} runs out of free "
+        "sched_victim", f"Step {all_frames[coming.step].record.index} runs out of free "
         "blocks. Which running request will be preempted?",
         answer=f"R{coming.victim}", choices=[f"R{i}" for i in coming.candidates],
-        explanation=f"{VICTIM_RULE[cfg.victim_policy].capitalize()}. The scheduler's own line: "
+        explanation=f"{VICTIM_RULE[cfg.policy].capitalize()}. The scheduler's own line: "
                     f"“{coming.decision}”", context=(story, coming.step))
     return [(question, coming.step)]
 
@@ -149,7 +153,7 @@ def show_step(step: int) -> None:
     with parts.caption:
         for question in questions.due:
             question.ask()
-        st.markdown("**What the scheduler decided in this iteration**")
+        st.markdown(f"**What the scheduler ({cfg.label}) decided in this step**")
         decisions = story.caption(frame) or ["(every running request got its next token; "
                                              "nothing else changed)"]
         with held_back(not questions.hold, "the scheduler's decisions", key="sched_decisions"):
@@ -158,7 +162,7 @@ def show_step(step: int) -> None:
                  "the decisions are held back until you answer the question on the page.")
     with parts.before:
         m = st.columns(6)
-        m[0].metric("Iteration", rec.index, help=f"Simulated time {frame.clock_s * 1e3:,.1f} "
+        m[0].metric("Step", rec.index, help=f"Simulated time {frame.clock_s * 1e3:,.1f} "
                     f"ms; this iteration took {rec.seconds * 1e3:.2f} ms ({rec.bound}-bound: "
                     "the cost model's roofline takes the longer of moving the bytes, weights "
                     "and K/V, at the GPU's bandwidth and doing the arithmetic at its peak "
@@ -172,9 +176,10 @@ def show_step(step: int) -> None:
                          f"(contiguous), as a share of the pool; {rec.waste_slots} of those "
                          "slots hold no token.")
         m[4].metric("Preemptions", frame.preemptions,
-                    help=f"So far. Admission keeps {cfg.watermark_blocks} of "
-                         f"{cfg.num_blocks} blocks free (the watermark, "
-                         f"{cfg.watermark:.1%}) so running requests rarely need one.")
+                    help=f"So far, by {'recompute' if cfg.engine == 'v1' else cfg.preemption_mode}"
+                         f". Admission keeps {cfg.watermark_blocks} of {cfg.num_blocks} blocks "
+                         f"free (the watermark, {cfg.watermark_fraction:.1%}"
+                         f"{', only while something runs' if cfg.engine == 'v1' else ''}).")
         m[5].metric("Finished", f"{frame.finished} / {len(requests)}")
         if compute:
             live_badge(story, step, len(all_frames) - 1)

@@ -39,7 +39,7 @@ from tests.scheduler_helpers import llama_h100
 MODEL = "PagedAttention-Lab-simulation/Llama-3.1-8B"
 MAX_MODEL_LEN = 2048
 CFG = SchedulerConfig(pool=PoolConfig(num_blocks=128, block_size=16), max_num_seqs=16,
-                      max_num_batched_tokens=1024, enable_prefix_cache=True, explain=False)
+                      max_num_batched_tokens=1024, enable_prefix_caching=True, explain=False)
 
 
 def small_replay(stop: int = 700) -> Scheduler:
@@ -194,7 +194,7 @@ def test_startup_log_reads_back_as_the_pool() -> None:
 
 def test_what_vllm_v1_cannot_do_is_refused() -> None:
     with pytest.raises(ValueError, match="recompute"):
-        replay_stats(Scheduler((), replace(CFG, preemption_mode="swap"), llama_h100()))
+        replay_stats(Scheduler((), replace(CFG, engine="v0", preemption_mode="swap"), llama_h100()))
     spec = load_presets()["Llama-3.1-8B"]
     with pytest.raises(ValueError, match="would not start"):
         pool_sheet(CFG, spec, 4096)  # one 4,096-token request needs 256 blocks, not 128

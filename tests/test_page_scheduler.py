@@ -34,7 +34,7 @@ def test_step_view_steps_and_explains() -> None:
     at.button(key="sched_step_forward").click().run()
     assert at.slider(key="sched_step").value == 1
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Iteration"] == "1"
+    assert metrics["Step"] == "1"
     assert "Running" in text(at)
 
 
@@ -48,7 +48,7 @@ def test_preemption_is_explained_in_a_small_pool() -> None:
                                   llama_h100(), 0)
     first = next(f.record.index for f in story.frames() if f.record.preemptions)
     at.slider(key="sched_step").set_value(first).run()
-    assert "preempted (recompute): no free block" in at.code[0].value
+    assert "preempted by recompute: no free block" in at.code[0].value
 
 
 def test_contiguous_step_view_and_rejection_message() -> None:
@@ -155,7 +155,7 @@ def test_the_victim_is_asked_the_iteration_before_it_is_preempted() -> None:
 def test_priorities_offer_priority_preemption_and_the_watermark_is_a_setting() -> None:
     at = run_page("scheduler.py")
     assert at.get("button_group")[-1].proto.options[-1].content != "priority"  # one class
-    at = run_page("scheduler.py", {"step_urgent": "25", "step_victim": "priority",
+    at = run_page("scheduler.py", {"step_urgent": "25", "step_policy": "priority",
                                    "step_watermark": "10"})
     assert not at.exception and not at.error
     assert "Admission keeps 4 of 48 blocks free" in next(

@@ -19,9 +19,11 @@ def test_preemption_by_recompute_is_explained_and_recomputed():
     sched = run(specs((8, 12), (8, 12), (8, 12)), num_blocks=8, block_size=4,
                 max_num_batched_tokens=64, max_num_seqs=8)
     lines = decisions(sched)
-    pattern = re.compile(r"request (\d+) preempted \(recompute\): no free block for "
-                         r"(request (\d+)|its own next token); (\d+) tokens to compute again")
-    hits = [pattern.fullmatch(line) for line in lines if "preempted" in line]
+    pattern = re.compile(r"request (\d+) preempted by recompute: no free block for "
+                         r"(request (\d+)|its own next tokens); its blocks are freed and its "
+                         r"(\d+) computed tokens dropped, its (\d+) sampled tokens kept; it goes "
+                         r"back to the front of the waiting queue")
+    hits = [pattern.fullmatch(line) for line in lines if "preempted by" in line]
     assert hits and all(hits)
     other = next(h for h in hits if h.group(3) is not None)
     victim, needy = int(other.group(1)), int(other.group(3))
@@ -36,7 +38,7 @@ def test_preemption_by_recompute_is_explained_and_recomputed():
 
 def test_swap_preemption_moves_bytes_and_recomputes_nothing():
     sched = run(specs((8, 12), (8, 12), (8, 12)), num_blocks=8, block_size=4,
-                max_num_batched_tokens=64, preemption_mode="swap")
+                max_num_batched_tokens=64, engine="v0", preemption_mode="swap")
     lines = decisions(sched)
     assert any(re.fullmatch(r"request \d+ preempted \(swap, [\d,]+ bytes to CPU\): .*", x)
                for x in lines)
@@ -48,8 +50,8 @@ def test_swap_preemption_moves_bytes_and_recomputes_nothing():
 
 def test_priority_policy_preempts_the_least_important():
     sched = run(specs((8, 12), (8, 12), (8, 12), priorities=(2, 0, 1)), num_blocks=8,
-                block_size=4, max_num_batched_tokens=64, victim_policy="priority")
-    victims = [int(x.split()[1]) for x in decisions(sched) if "preempted" in x]
+                block_size=4, max_num_batched_tokens=64, policy="priority")
+    victims = [int(x.split()[1]) for x in decisions(sched) if "preempted by" in x]
     assert victims and victims[0] == 0  # priority 2: the least important
 
 
@@ -66,7 +68,11 @@ def test_never_fitting_request_is_rejected_with_a_reason():
 def test_chunked_prefill_splits_a_long_prompt():
     sched = run(specs((40, 3)), max_num_batched_tokens=16, num_blocks=16, block_size=4)
     assert [r.prefill_tokens for r in sched.records[:3]] == [16, 16, 8]
-    assert "prefill chunk of 16 (token budget)" in sched.records[0].decisions[0]
+    assert sched.records[0].decisions[0] == (
+        "request 0 admitted: 40 tokens; a prefill chunk of 16 of its 40 to compute: the whole "
+        "sequence (10 blocks) was checked to fit, it holds 4 blocks now")
+    assert sched.records[1].decisions[0] == (
+        "request 0: next prefill chunk, tokens 16-31 of 40, 4 blocks more")
     req = sched.requests[0]
     assert req.first_token_s == pytest.approx(sum(r.seconds for r in sched.records[:3]))
 

@@ -21,7 +21,7 @@ def expected_kv(kv: SyntheticKV, tokens: list[int]) -> tuple[torch.Tensor, torch
 def swap_run():
     """A small compute-mode run that swaps, with every running request's K/V checked against
     the seeded K/V after every iteration."""
-    cfg = config(num_blocks=8, block_size=4, max_num_batched_tokens=32,
+    cfg = config(num_blocks=8, block_size=4, max_num_batched_tokens=32, engine="v0",
                  preemption_mode="swap", compute=True)
     sched = Scheduler(specs((8, 6), (5, 6), (7, 12)), cfg, llama_h100(), seed=5)
     swapped_in, mismatches = set(), []
@@ -82,7 +82,7 @@ def test_the_kernel_check_runs_every_iteration_of_every_setting(chunked, mode, n
     lengths = [(5 + 3 * i, 4 + i % 3) for i in range(num_requests)]
     cfg = config(num_blocks=12, block_size=4, max_num_batched_tokens=budget,
                  enable_chunked_prefill=chunked, preemption_mode=mode, compute=True,
-                 max_num_seqs=8)
+                 max_num_seqs=8, engine="v0" if mode == "swap" else "v1")
     sched = Scheduler(specs(*lengths), cfg, llama_h100(), seed=1)
     while (record := sched.step()) is not None:
         sched.check_invariants()

@@ -35,15 +35,19 @@ def scenarios(draw) -> tuple[tuple[RequestSpec, ...], SchedulerConfig]:
     watermark = draw(st.sampled_from([0.0, 0.1]))
     blocks = -(-longest // block_size) + draw(st.integers(-1, 3))  # -1: the longest never fits
     chunked = draw(st.booleans())
+    engine = draw(st.sampled_from(["v1", "v1", "v0"]))
     cfg = config(
+        engine=engine, long_prefill_token_threshold=draw(st.sampled_from([0, 0, 3])),
+        scheduler_reserve_full_isl=draw(st.booleans()) if engine == "v1" else True,
         num_blocks=max(2, int(blocks / (1 - watermark)) + 1), block_size=block_size,
         max_num_batched_tokens=draw(st.integers(1, 48)) if chunked else longest,
         max_num_seqs=draw(st.integers(2, 6)), watermark=watermark,
         enable_chunked_prefill=chunked,
-        preemption_mode=draw(st.sampled_from(["recompute", "swap"])),
-        victim_policy=draw(st.sampled_from(["newest", "priority"])),
+        preemption_mode=draw(st.sampled_from(["recompute", "swap"])) if engine == "v0"
+        else "recompute",
+        policy=draw(st.sampled_from(["fcfs", "priority"])),
         allocator=draw(st.sampled_from(["paged", "paged", "contiguous"])),
-        enable_prefix_cache=draw(st.booleans()), num_cpu_blocks=draw(st.sampled_from([0, 3])))
+        enable_prefix_caching=draw(st.booleans()), num_cpu_blocks=draw(st.sampled_from([0, 3])))
     return requests, cfg
 
 
@@ -84,7 +88,7 @@ def test_every_request_finishes_once_with_its_output_length(scenario, seed):
         # Every position's K/V once, the last output token's never; plus what preemption by
         # recompute threw away (prefix-cache hits save some of it back).
         expected = req.spec.prompt_len + req.spec.output_len - 1 + req.num_recomputed
-        if cfg.enable_prefix_cache:
+        if cfg.enable_prefix_caching:
             assert req.num_computed_total <= expected
         else:
             assert req.num_computed_total == expected

@@ -17,7 +17,7 @@ import streamlit as st
 
 from lab.figures.scheduler import chain_figure, length_histograms, serving_timeseries, sweep_figure
 from lab.serving.chain import SEAT_OPTIONS, batch_chain, chain_verdict
-from lab.serving.config import COMPUTE_POOL, SchedulerConfig
+from lab.serving.config import COMPUTE_POOL, ENGINE_LABELS, SchedulerConfig
 from lab.serving.cost_model import CostModel, cost_model
 from lab.serving.metrics import Summary, series, summarize
 from lab.serving.runs import ReplayTooLong, block_size_sweep, pool_size_sweep, replay_both
@@ -42,6 +42,7 @@ CHAIN_CHOICES = ("none: it held", "1. less waste", "2. more live sequences",
                  "3. bigger batches", "4. more throughput")
 Requests = tuple[RequestSpec, ...]
 MAX_POINTS = 4_000  # iterations of a replay's time series kept per user and drawn
+ENGINES = {label: engine for engine, label in ENGINE_LABELS.items()}
 
 
 # -- settings -----------------------------------------------------------------------------------
@@ -90,53 +91,75 @@ def workload_widgets(prefix: str, *, preset: str, n: int, max_n: int, max_tokens
 def engine_widgets(prefix: str, *, blocks: int, block_size: int, seats: int, budget: int,
                    max_blocks: int, priorities: bool = False) -> dict[str, Any]:
     """Scheduler settings shared by every section (SchedulerConfig keyword arguments).
-    `priorities`: the workload has more than one priority, so preempting by priority means
-    something (otherwise the choice is not offered)."""
+    `priorities`: the workload has more than one priority, so the priority policy means
+    something (otherwise it is not offered)."""
     left, middle, right = st.columns(3)
+    engine = ENGINES[choice_param(
+        "Engine", f"{prefix}_engine", list(ENGINES), default=ENGINE_LABELS["v1"],
+        container=left,
+        help="vLLM V1 (0.33), today's scheduler: running requests first, then waiting ones; "
+             "a whole-sequence fit check, then blocks for the scheduled chunk only; preemption "
+             "by recompute. vLLM V0, the paper's engine (2023): a prompt's blocks all taken at "
+             "admission, a 1% watermark, preemption by swap or recompute.")]
     size = choice_param("Block size (tokens)", f"{prefix}_block_size",
                         [1, 2, 4, 8, 16, 32, 64, 128, 256], default=block_size, container=left,
                         help="Tokens per KV block: the unit the pool hands out.")
     count = int_param("Pool size (blocks)", f"{prefix}_blocks", default=blocks, min_value=4,
                       max_value=max_blocks, widget="number", container=left,
                       help="The contiguous baseline gets the same number of slots.")
-    watermark = float_param(
-        "Watermark (% of blocks kept free)", f"{prefix}_watermark", default=1.0, min_value=0.0,
-        max_value=50.0, step=0.5, container=left,
-        help="Admission leaves this share of the pool free, so requests already running find "
-             "blocks for their next tokens before anyone must be preempted. Higher: fewer "
-             "preemptions, fewer requests admitted. vLLM v0's block manager kept 1%.")
-    victims = ["newest", "priority"] if priorities else ["newest"]
-    return dict(
+    v0 = engine == "v0"
+    watermark = float_param(  # each engine keeps its own default: V1 0, V0 1 %
+        "Watermark (% of blocks kept free)", f"{prefix}_watermark" + ("_v0" if v0 else ""),
+        default=1.0 if v0 else 0.0, min_value=0.0, max_value=50.0, step=0.5, container=left,
+        help="Blocks admission leaves free, so requests already running find blocks for their "
+             "next tokens before anyone must be preempted. vLLM V1 (0.33): 0 by default, held "
+             "back only from waiting requests while something runs. vLLM V0 kept 1% at every "
+             "admission.")
+    policies = ["fcfs", "priority"] if priorities else ["fcfs"]
+    settings = dict(
+        engine=engine,
         pool=replace(COMPUTE_POOL, num_blocks=count, block_size=size),
         watermark=watermark / 100,
         max_num_seqs=int_param(
             "max_num_seqs", f"{prefix}_seats", default=seats, min_value=1, max_value=512,
             widget="number", container=middle,
-            help="At most this many requests run in one iteration (vLLM's max_num_seqs); the "
-                 "rest wait even when memory is free."),
+            help="At most this many requests run at once (vLLM's max_num_seqs); the rest wait "
+                 "even when memory is free."),
         max_num_batched_tokens=int_param(
             "Token budget (max_num_batched_tokens)", f"{prefix}_budget", default=budget,
             min_value=1, max_value=32768, widget="number", container=middle,
-            help="Tokens computed in one iteration at most: one per decoding request, plus "
-                 "prompt tokens of requests being prefilled."),
-        preemption_mode=choice_param(
-            "Preemption", f"{prefix}_preempt", ["recompute", "swap"], default="recompute",
-            widget="segmented", container=right,
-            help="When a running request needs a block and none is free, a victim gives its "
-                 "blocks back: recompute frees them and computes its tokens again later; swap "
-                 "copies them to CPU memory and back."),
-        victim_policy=choice_param(
-            "Victim", f"{prefix}_victim", victims, default="newest", widget="segmented",
+            help="Tokens computed in one step at most: one per decoding request, plus prompt "
+                 "tokens of requests being prefilled."),
+        long_prefill_token_threshold=int_param(
+            "long_prefill_token_threshold (0: off)", f"{prefix}_long", default=0, min_value=0,
+            max_value=32768, widget="number", container=middle,
+            help="vLLM caps a prefill chunk at this many tokens when more than one request "
+                 "runs or waits, so one long prompt does not take the whole budget."),
+        policy=choice_param(
+            "policy", f"{prefix}_policy", policies, default="fcfs", widget="segmented",
             container=right,
-            help="Whom to preempt: the request admitted last, or (with two priority classes in "
-                 "the workload) the least important one, newest first among equals. Set "
-                 "'Interactive requests' above 0 to offer 'priority'."),
+            help="fcfs: waiting requests in arrival order, the last running request preempted "
+                 "first. priority (with two classes in the workload): the waiting queue by "
+                 "(priority, arrival), and V1 preempts the running request with the largest "
+                 "(priority, arrival). Set 'Interactive requests' above 0 to offer it."),
+        enable_prefix_caching=bool_param(
+            "Prefix caching", f"{prefix}_prefix", default=False, container=right,
+            help="Full blocks are hashed when allocated; a request whose leading blocks match "
+                 "takes them instead of computing them (vLLM V1's default is on)."),
         enable_chunked_prefill=bool_param(
             "Chunked prefill", f"{prefix}_chunk", default=True, container=right,
-            help="On: a long prompt is computed over several iterations, a budget-sized chunk "
-                 "at a time, beside the decodes. Off: a prompt must fit the token budget whole, "
-                 "and waits until it does."),
+            help="On: a long prompt is computed over several steps, a budget-sized chunk at a "
+                 "time, beside the decodes. Off: a prompt must fit the token budget whole, and "
+                 "waits until it does."),
     )
+    if v0:
+        settings["preemption_mode"] = choice_param(
+            "Preemption (vLLM V0)", f"{prefix}_preempt", ["recompute", "swap"],
+            default="recompute", widget="segmented", container=right,
+            help="vLLM V0 could swap a victim's blocks to CPU memory and back, or free them and "
+                 "recompute its tokens later. vLLM V1 always recomputes: a re-admitted request "
+                 "often finds its own blocks still in the prefix cache.")
+    return settings
 
 
 def cost_widgets(prefix: str) -> CostModel:

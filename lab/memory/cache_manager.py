@@ -54,39 +54,47 @@ class KVCacheManager:
             return []
         return longest_hit(self.blocks, prompt, self.block_size, self.hash_fn)
 
-    def _plan(self, prompt: list[int]) -> tuple[list[int], int]:
-        """Cache hits for the prompt, and the free blocks admitting it would consume (hits on
-        free cached blocks count too: taking them out of the free queue uses them up)."""
-        hits = self._prefix_hits(prompt)
-        idle_hits = sum(self.blocks.ref_counts[b] == 0 for b in hits)
-        return hits, blocks_for(len(prompt), self.block_size) - len(hits) + idle_hits
+    def prefix_hits(self, tokens: list[int]) -> list[int]:
+        """The cached blocks matching the leading full blocks of tokens (never the last token)."""
+        return self._prefix_hits(tokens)
 
     def blocks_needed(self, prompt: list[int]) -> int:
-        return self._plan(prompt)[1]
+        return self.blocks_to_admit(len(prompt), self._prefix_hits(prompt))
 
     def can_allocate(self, num_tokens: int) -> bool:
         return self.blocks.can_allocate(blocks_for(num_tokens, self.block_size))
 
     def add_sequence(self, prompt: list[int]) -> Sequence:
         """Admit a prompt: reuse cached leading blocks, allocate the rest."""
-        if not prompt or set(map(type, prompt)) != {int} or min(prompt) < 0:
+        return self.admit(prompt, len(prompt), self._prefix_hits(prompt))
+
+    def admit(self, tokens: list[int], end: int, hits: list[int]) -> Sequence:
+        """A new sequence holding tokens[:end]: the hit blocks (a prefix-cache hit on `tokens`)
+        take a reference first, then blocks from the free queue for the rest of the span.
+        A chunked prefill admits only its first chunk's span; the lookup saw all `tokens`."""
+        if not tokens or set(map(type, tokens)) != {int} or min(tokens) < 0:
             raise ValueError("prompt must be a non-empty list of non-negative token ids")
-        hits, needed = self._plan(prompt)
+        needed = self.blocks_to_admit(end, hits)
         if needed > self.blocks.num_free:
             raise PoolExhausted(needed, self.blocks.num_free)
-        seq = Sequence(next(self._ids), self.block_size, tokens=list(prompt))
+        seq = Sequence(next(self._ids), self.block_size, tokens=list(tokens[:end]))
         for block_id in hits:
             self.blocks.touch(block_id, seq.seq_id)
-        fresh = self.blocks.allocate(blocks_for(len(prompt), self.block_size) - len(hits),
-                                     seq.seq_id)
+        fresh = self.blocks.allocate(blocks_for(end, self.block_size) - len(hits), seq.seq_id)
         seq.block_table = hits + fresh
         seq.num_cached_tokens = seq.num_written = len(hits) * self.block_size
         seq.block_hashes = [self.blocks.block_hash[b].value for b in hits]
         if self.enable_prefix_cache:
-            self.prefix_query_tokens += len(prompt)
+            self.prefix_query_tokens += len(tokens)
             self.prefix_hit_tokens += seq.num_cached_tokens
         self.sequences[seq.seq_id] = seq
         return seq
+
+    def blocks_to_admit(self, num_tokens: int, hits: list[int]) -> int:
+        """Free blocks that holding num_tokens with these hit blocks takes: the blocks past the
+        hits, plus the hits sitting in the free queue (taking them out uses free blocks)."""
+        idle_hits = sum(self.blocks.ref_counts[b] == 0 for b in hits)
+        return blocks_for(num_tokens, self.block_size) - len(hits) + idle_hits
 
     # -- growth ----------------------------------------------------------------------------
     def append_token(self, seq_id: int, token: int) -> int:
@@ -180,8 +188,15 @@ class KVCacheManager:
         if not seq.num_written <= upto <= len(seq.tokens):
             self._check_continues(seq, seq.num_written, upto - seq.num_written)  # raises
         seq.num_written = upto
+        self.cache_blocks(seq_id, upto)
+
+    def cache_blocks(self, seq_id: int, upto: int) -> None:
+        """Register the full blocks of positions [.., upto) not named yet in the prefix cache.
+        vLLM V1 does it when it allocates a step's blocks, before the model writes their K/V,
+        so a request admitted in the same step can already hit them."""
+        seq = self.sequences[seq_id]
         if upto // self.block_size > len(seq.block_hashes) and self.enable_prefix_cache:
-            self._register_full_blocks(seq)
+            self._register_full_blocks(seq, upto)
 
     @staticmethod
     def _check_continues(seq: Sequence, start: int, n: int) -> None:
@@ -189,12 +204,13 @@ class KVCacheManager:
             raise ValueError(f"write of positions [{start}, {start + n}) does not continue "
                              f"sequence {seq.seq_id}: {seq.num_written} written of {len(seq)}")
 
-    def _register_full_blocks(self, seq: Sequence) -> None:
-        """Cache every written full block past the ones already named (no de-duplication:
-        a block whose content another block holds is cached too, as vLLM does)."""
+    def _register_full_blocks(self, seq: Sequence, upto: int) -> None:
+        """Cache every full block before `upto` past the ones already named (no
+        de-duplication: a block whose content another block holds is cached too, as vLLM
+        does)."""
         hashes = seq.block_hashes
         parent = hashes[-1] if hashes else None
-        for i in range(len(hashes), seq.num_written // self.block_size):
+        for i in range(len(hashes), upto // self.block_size):
             h = block_hash(seq.tokens, i, self.block_size, parent, self.hash_fn)
             self.blocks.cache(seq.block_table[i], h, seq.seq_id)
             hashes.append(parent := h.value)
@@ -250,3 +266,80 @@ class KVCacheManager:
             for block_id in seq.block_table:
                 holders[block_id] += 1
         assert holders == self.blocks.ref_counts, "ref counts differ from block-table holders"
+
+
+GroupBlocks = tuple[list[int], ...]  # one list of block ids per KV cache group; -1: null block
+
+
+class SingleGroupCache:
+    """vLLM V1's KV cache manager as its scheduler sees it (`get_computed_blocks`,
+    `allocate_slots`, `free` in vllm/v1/core/kv_cache_manager.py), for one full-attention KV
+    cache group over a KVCacheManager. Requests are named by their id; a manager of several
+    groups answers the same calls with one block list per group."""
+
+    num_groups = 1
+
+    def __init__(self, manager: KVCacheManager) -> None:
+        self.manager = manager
+        self.block_size = manager.block_size
+        self.seq_of: dict[int, int] = {}  # request id -> the manager's sequence
+
+    @property
+    def num_free(self) -> int:
+        return self.manager.blocks.num_free
+
+    def find_prefix_hit(self, tokens: list[int]) -> tuple[int, GroupBlocks]:
+        """The hit on tokens: whole cached blocks, at most len(tokens) - 1 tokens (0 with
+        prefix caching off), and the hit blocks. Changes nothing."""
+        hits = self.manager.prefix_hits(tokens)
+        return len(hits) * self.block_size, (hits,)
+
+    def blocks_to_admit(self, num_tokens: int, hit: GroupBlocks) -> int:
+        return self.manager.blocks_to_admit(num_tokens, hit[0])
+
+    def can_admit(self, num_tokens: int, hit_tokens: int, hit: GroupBlocks,
+                  reserve: int = 0) -> bool:
+        """The whole current sequence fits (scheduler_reserve_full_isl), `reserve` blocks kept
+        free besides (a watermark)."""
+        return self.blocks_to_admit(num_tokens, hit) + reserve <= self.num_free
+
+    def allocate_slots(self, req_id: int, tokens: list[int], num_computed: int,
+                       num_new_tokens: int, hit: GroupBlocks | None = None,
+                       reserve: int = 0) -> GroupBlocks | None:
+        """Blocks for tokens [.., num_computed + num_new_tokens): on a request's admission its
+        hit blocks first. The blocks newly appended (on admission: the whole table), or None
+        when the pool cannot give them with `reserve` blocks left (then nothing changed).
+        Full blocks up to the end are hashed now, before the model runs."""
+        m, end = self.manager, num_computed + num_new_tokens
+        seq_id = self.seq_of.get(req_id)
+        if seq_id is None:
+            hits = hit[0] if hit else []
+            if m.blocks_to_admit(end, hits) + reserve > m.blocks.num_free:
+                return None
+            seq = m.admit(tokens, end, list(hits))
+            self.seq_of[req_id] = seq.seq_id
+            new = list(seq.block_table)
+        else:
+            seq = m.sequences[seq_id]
+            held = len(seq.block_table)
+            need = blocks_for(end, self.block_size) - held
+            if need > 0 and need + reserve > m.blocks.num_free:
+                return None
+            if end > len(seq.tokens):
+                if m.events.keep:  # each token's slot as an event, for the pages
+                    m.extend(seq_id, tokens[len(seq.tokens):end])
+                else:  # a replay's hot path: no copy-on-write here (V1 forks nothing)
+                    if need > 0:
+                        seq.block_table += m.blocks.allocate(need, seq_id)
+                    seq.tokens += tokens[len(seq.tokens):end]
+            new = seq.block_table[held:]
+        if m.enable_prefix_cache:
+            m.cache_blocks(seq.seq_id, end)
+        return (new,)
+
+    def free(self, req_id: int) -> None:
+        """Finish or preemption: its blocks released, last block first."""
+        self.manager.free(self.seq_of.pop(req_id))
+
+    def block_tables(self, req_id: int) -> GroupBlocks:
+        return (list(self.manager.sequences[self.seq_of[req_id]].block_table),)

@@ -133,7 +133,7 @@ class PrefixPlay:
                  store_kv: bool = False, apps: tuple[int, ...] = ()) -> None:
         self.cfg = cfg
         self.apps = apps or (0,) * len(requests)
-        self.server = Scheduler(requests, step_server(cfg.pool, enable_prefix_cache=True,
+        self.server = Scheduler(requests, step_server(cfg.pool, enable_prefix_caching=True,
                                                       compute=store_kv), StepClock(), seed)
         self.step = -1
         self.evictions = 0

@@ -1,14 +1,17 @@
 """Where the scheduler's requests keep their K/V: the paged pool or the contiguous baseline.
 
-Both answer the same questions through `KVBackend` (can this request ever fit? can it be
-admitted now? can its next token get a slot? may it be swapped out?), so one scheduler drives
-either and their runs can be compared; the scheduler never asks which one it has.
+Both answer the same questions through `KVBackend` (can this request ever fit? what does the
+prefix cache hold of it? can it be admitted now? memory for its next tokens? may it be swapped
+out?), so one scheduler drives either and their runs can be compared; the scheduler never asks
+which one it has.
 
-Paged: the lab's `KVCacheManager` over the real block pool (and, in compute mode, the real K/V
-tensors). Admission allocates the blocks of every token the request holds. A decode token that
-fits in the sequence's own last block needs nothing from the pool, so the scheduler only calls
-`grow` when the blocks are full; tokens that fit are appended to the sequence lazily (`sync`),
-in bulk, before anything reads it. A token that needs a block goes through `append_token`.
+Paged: vLLM V1's view of the KV cache manager (`SingleGroupCache`: find the prefix hit, check
+the whole sequence fits, allocate a step's slots, free) over the lab's `KVCacheManager`, the
+real block pool and, in compute mode, the real K/V tensors. Admission takes blocks for the
+tokens the scheduler says (vLLM V1: the hit and the first chunk; vLLM V0: the whole prompt);
+a step's tokens that fit in the request's own last block need nothing from the pool, so the
+scheduler calls `grow` only when they need a block, or, with prefix caching, fill one (vLLM
+hashes a block when it allocates the step that fills it).
 
 Contiguous: the lab's `ContiguousAllocator`, same number of slots; admission reserves
 prompt + max_tokens in one region, so decode never needs memory and never preempts.
@@ -24,7 +27,7 @@ import torch
 from kernels.reference import AttentionCheck
 from lab.memory.block_pool import KVCacheError
 from lab.memory.block_table import blocks_for
-from lab.memory.cache_manager import KVCacheManager
+from lab.memory.cache_manager import GroupBlocks, KVCacheManager, SingleGroupCache
 from lab.memory.contiguous import ContiguousAllocator, ContiguousPicture
 from lab.memory.events import EventLog
 from lab.memory.kernel_check import check_kernel
@@ -43,23 +46,32 @@ class NotSupported(KVCacheError):
 
 class KVBackend(Protocol):
     name: AllocatorKind
-    events: EventLog  # what the memory did, stamped with the scheduler's iteration
-    computes: bool  # compute() has work: K/V to write or a prefix cache to fill
+    events: EventLog  # what the memory did, stamped with the scheduler's step
+    computes: bool  # compute() has work: K/V to write and check
+    hashes: bool  # a step that fills a block must call grow (its hash is taken then)
     block_size: int | None  # the kernel walks blocks of this many tokens (None: one region)
     taken: int  # blocks (or regions) handed out so far: the allocator's bookkeeping work
+    num_free: int  # free blocks (paged) or slots (contiguous)
 
     def never_fits(self, req: Request) -> str | None:
         """Why the request could not run even alone in the pool (None: it could)."""
 
-    def admit_shortfall(self, req: Request) -> str | None:
-        """Why it cannot be admitted now (None: it can)."""
+    def lookup(self, req: Request) -> int:
+        """Tokens of its whole current sequence found in the prefix cache (whole blocks, never
+        the last token; 0 without a prefix cache). The admission that follows uses it."""
 
-    def admit(self, req: Request) -> int:
-        """Take memory for every token it holds; return its slot capacity."""
+    def admit_shortfall(self, req: Request, reserve: int) -> str | None:
+        """Why its whole current sequence cannot be admitted now with `reserve` blocks kept
+        free (None: it can)."""
 
-    def grow(self, req: Request, computed: int) -> int | None:
-        """Memory for the token at `computed` (its capacity is full): the new capacity, or
-        None when there is none free."""
+    def admit(self, req: Request, num_tokens: int, reserve: int) -> int | None:
+        """Take memory for its first `num_tokens` tokens (the hit included; contiguous: its
+        whole reservation) with `reserve` blocks left free; return its slot capacity, or None
+        when the pool cannot give it (nothing changed)."""
+
+    def grow(self, req: Request, computed: int, num_new: int) -> int | None:
+        """Memory for its tokens [computed, computed + num_new): the new capacity, or None
+        when the pool cannot give it (nothing changed)."""
 
     def compute(self, batch: Batch) -> AttentionCheck | None:
         """After scheduling: store the batch's new K/V (compute mode: and check the kernel)."""
@@ -72,7 +84,7 @@ class KVBackend(Protocol):
     def swap_out(self, req: Request) -> int:
         """Move it to CPU memory; return the bytes moved."""
 
-    def swap_in_shortfall(self, req: Request) -> str | None: ...
+    def swap_in_shortfall(self, req: Request, reserve: int) -> str | None: ...
 
     def swap_in(self, req: Request) -> tuple[int, int]:
         """Bring it back: (bytes moved, slot capacity)."""
@@ -86,14 +98,15 @@ class KVBackend(Protocol):
         """Every block (paged) or region (contiguous) now, for a page to draw."""
 
     def prefix_tokens(self) -> tuple[int, int]:
-        """(prompt tokens looked up in the prefix cache, tokens found) so far."""
+        """(tokens looked up in the prefix cache at admissions, tokens found) so far."""
 
     def check_invariants(self, running: list[Request]) -> None: ...
 
 
 def _shortfall(need: int, free: int, mark: int) -> str | None:
     if need + mark > free:
-        return f"needs {need} blocks, {free} free, {mark} held back as watermark"
+        held = f", {mark} held back as watermark" if mark else ""
+        return f"needs {need} blocks, {free} free{held}"
     return None
 
 
@@ -104,36 +117,64 @@ class PagedBackend:
         self.cfg = cfg
         device = None if cfg.compute else torch.device("cpu")
         # Big replays (explain off) keep no per-block events.
-        self.manager = KVCacheManager(cfg.pool, device, cfg.enable_prefix_cache,
+        self.manager = KVCacheManager(cfg.pool, device, cfg.enable_prefix_caching,
                                       store_kv=cfg.compute, record_events=cfg.explain)
+        self.kv_cache = SingleGroupCache(self.manager)
         self.events = self.manager.events
         self.blocks = self.manager.blocks
         self.swap = SwapSpace(self.manager, cfg.num_cpu_blocks or cfg.num_blocks)
         self.kv = SyntheticKV(cfg.pool, seed, cfg.num_heads) if cfg.compute else None
-        self.computes = cfg.compute or cfg.enable_prefix_cache
+        self.computes = cfg.compute
+        self.hashes = cfg.enable_prefix_caching
         self.block_size = cfg.block_size
         self.taken = 0
+        self._hit: tuple[int, int, GroupBlocks] = (-1, 0, ([],))  # (request, tokens, blocks)
+        self.new_blocks: dict[int, list[int]] | None = None  # a step's blocks, when traced
+
+    @property
+    def num_free(self) -> int:
+        return self.blocks.num_free
 
     # -- admission ---------------------------------------------------------------------------
     def never_fits(self, req: Request) -> str | None:
         need = blocks_for(req.longest, self.cfg.block_size)
-        room = self.cfg.num_blocks - self.cfg.watermark_blocks
+        # V1 holds its watermark back only while something else runs: alone, a request has all.
+        room = self.cfg.num_blocks - (self.cfg.watermark_blocks if self.cfg.engine == "v0" else 0)
         if need > room:
             return (f"needs {need} blocks at its longest (prompt {req.spec.prompt_len} + "
                     f"max_tokens {req.max_tokens}), the pool admits at most {room}")
         return None
 
-    def admit_shortfall(self, req: Request) -> str | None:
-        """Its blocks must fit above the watermark."""
-        return _shortfall(self.manager.blocks_needed(req.tokens), self.blocks.num_free,
-                          self.cfg.watermark_blocks)
+    def lookup(self, req: Request) -> int:
+        hit_tokens, hit = self.kv_cache.find_prefix_hit(req.tokens)
+        self._hit = (req.req_id, hit_tokens, hit)
+        return hit_tokens
 
-    def admit(self, req: Request) -> int:
-        seq = self.manager.add_sequence(req.tokens)
-        req.seq_id, req.block_table = seq.seq_id, tuple(seq.block_table)
-        req.num_computed = req.num_cached = seq.num_cached_tokens
-        self.taken += seq.num_blocks  # a prefix hit is bookkeeping too: a lookup, a reference
-        return seq.num_blocks * self.cfg.block_size
+    def _hit_of(self, req: Request) -> tuple[int, GroupBlocks]:
+        req_id, hit_tokens, hit = self._hit
+        assert req_id == req.req_id, "admission without its lookup"
+        return hit_tokens, hit
+
+    def admit_shortfall(self, req: Request, reserve: int) -> str | None:
+        """Its whole current sequence must fit, `reserve` blocks kept free besides."""
+        _, hit = self._hit_of(req)
+        return _shortfall(self.kv_cache.blocks_to_admit(req.length, hit), self.blocks.num_free,
+                          reserve)
+
+    def admit(self, req: Request, num_tokens: int, reserve: int) -> int | None:
+        hit_tokens, hit = self._hit_of(req)
+        new = self.kv_cache.allocate_slots(req.req_id, req.tokens, hit_tokens,
+                                           num_tokens - hit_tokens, hit, reserve)
+        if new is None:
+            return None
+        self._hit = (-1, 0, ([],))
+        req.seq_id = self.kv_cache.seq_of[req.req_id]
+        req.block_table = tuple(new[0])
+        req.num_computed = req.num_cached = hit_tokens
+        self.taken += len(new[0])  # a prefix hit is bookkeeping too: a lookup, a reference
+        if self.new_blocks is not None:
+            self.new_blocks[req.req_id] = new[0]
+        return len(new[0]) * self.cfg.block_size
 
     # -- growth ------------------------------------------------------------------------------
     def sync(self, req: Request, upto: int) -> None:
@@ -143,19 +184,18 @@ class PagedBackend:
             assert upto <= seq.num_blocks * self.cfg.block_size, "sync past the blocks"
             self.manager.extend(req.seq_id, req.planned[len(seq):upto])
 
-    def grow(self, req: Request, computed: int) -> int | None:
-        if self.blocks.num_free == 0:
+    def grow(self, req: Request, computed: int, num_new: int) -> int | None:
+        # Its planned tokens stand for its current ones: only those before the end are read.
+        new = self.kv_cache.allocate_slots(req.req_id, req.planned, computed, num_new)
+        if new is None:
             return None
-        self.sync(req, computed)
-        self.manager.append_token(req.seq_id, req.planned[computed])
-        self.taken += 1
+        self.taken += len(new[0])
+        if self.new_blocks is not None and new[0]:
+            self.new_blocks.setdefault(req.req_id, []).extend(new[0])
         return self.manager.sequences[req.seq_id].num_blocks * self.cfg.block_size
 
     def compute(self, batch: Batch) -> AttentionCheck | None:
-        if self.kv is None:  # allocator only: register newly full blocks in the prefix cache
-            for req, start, n in batch:
-                self.sync(req, start + n)
-                self.manager.commit(req.seq_id, start + n)
+        if self.kv is None:
             return None
         queries = []
         for req, start, n in batch:
@@ -170,7 +210,8 @@ class PagedBackend:
 
     # -- leaving -----------------------------------------------------------------------------
     def release(self, req: Request) -> None:
-        self.manager.free(req.seq_id)
+        req.released_table = tuple(self.manager.sequences[req.seq_id].block_table)
+        self.kv_cache.free(req.req_id)
         req.seq_id = None
 
     def can_swap_out(self, req: Request) -> bool:
@@ -183,16 +224,18 @@ class PagedBackend:
             self.manager.commit(req.seq_id, req.num_computed)
         moved = seq.num_blocks * self.cfg.pool.bytes_per_block
         req.swapped = self.swap.swap_out(req.seq_id)
+        del self.kv_cache.seq_of[req.req_id]
         req.seq_id = None
         return moved
 
-    def swap_in_shortfall(self, req: Request) -> str | None:
+    def swap_in_shortfall(self, req: Request, reserve: int) -> str | None:
         need = self.swap.blocks_to_swap_in(req.swapped) + 1  # + room for its next token
-        return _shortfall(need, self.blocks.num_free, self.cfg.watermark_blocks)
+        return _shortfall(need, self.blocks.num_free, reserve)
 
     def swap_in(self, req: Request) -> tuple[int, int]:
         swapped = req.swapped
         req.seq_id = self.swap.swap_in(swapped)
+        self.kv_cache.seq_of[req.req_id] = req.seq_id
         req.swapped = None
         seq = self.manager.sequences[req.seq_id]
         self.taken += seq.num_blocks
@@ -221,11 +264,13 @@ class PagedBackend:
         self.swap.blocks.check_invariants()
         live = {r.seq_id for r in running}
         assert live == set(self.manager.sequences), "sequences without a request"
+        assert set(self.kv_cache.seq_of.values()) == live
 
 
 class ContiguousBackend:
     name: AllocatorKind = "contiguous"
     computes = False  # the baseline is accounting only: no tensors, no prefix cache
+    hashes = False
     block_size = None  # each request's K/V is one region: the kernel walks no blocks
 
     def __init__(self, cfg: SchedulerConfig, seed: int) -> None:
@@ -245,7 +290,14 @@ class ContiguousBackend:
                     f"{req.max_tokens}), the region holds {self.cfg.capacity_slots}")
         return None
 
-    def admit_shortfall(self, req: Request) -> str | None:
+    @property
+    def num_free(self) -> int:
+        return self.allocator.usage(0).free
+
+    def lookup(self, req: Request) -> int:
+        return 0  # no prefix cache: every prompt is computed
+
+    def admit_shortfall(self, req: Request, reserve: int) -> str | None:
         size = self.reservation(req)
         if not self.allocator.can_reserve(size):
             u = self.allocator.usage(size)
@@ -253,13 +305,15 @@ class ContiguousBackend:
                     f"{u.free} free in all)")
         return None
 
-    def admit(self, req: Request) -> int:
+    def admit(self, req: Request, num_tokens: int, reserve: int) -> int | None:
+        if not self.allocator.can_reserve(self.reservation(req)):
+            return None
         region = self.allocator.reserve(req.req_id, self.reservation(req), req.length)
         self.taken += 1
         req.num_computed = req.num_cached = 0
         return region.reserved
 
-    def grow(self, req: Request, computed: int) -> int | None:
+    def grow(self, req: Request, computed: int, num_new: int) -> int | None:
         raise NotSupported(f"request {req.req_id}: a contiguous reservation holds every token "
                            "it may emit, so it never grows")
 
@@ -275,7 +329,7 @@ class ContiguousBackend:
     def swap_out(self, req: Request) -> int:
         raise NotSupported("the contiguous baseline has no swap space")
 
-    def swap_in_shortfall(self, req: Request) -> str | None:
+    def swap_in_shortfall(self, req: Request, reserve: int) -> str | None:
         raise NotSupported("the contiguous baseline has no swap space")
 
     def swap_in(self, req: Request) -> tuple[int, int]:

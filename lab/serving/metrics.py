@@ -39,6 +39,7 @@ class Percentiles:
 @dataclass(frozen=True)
 class Summary:
     allocator: str
+    engine: str  # "v1" (vLLM V1, 0.33) or "v0" (the paper's engine, 2023)
     iterations: int
     makespan_s: float  # first arrival to last token (simulated)
     finished: int
@@ -59,6 +60,7 @@ class Summary:
     preempt_recompute: int
     preempt_swap: int
     recomputed_tokens: int
+    readmit_hit_tokens: int  # of those, found in the prefix cache when re-admitted
     swapped_bytes: int  # out + in
     compute_bound_share: float  # fraction of time in compute-bound iterations
     max_error: float | None  # compute mode: worst kernel-vs-dense error over the run
@@ -98,7 +100,8 @@ def summarize(sched: Scheduler) -> Summary:
     checks = [x.check for x in sched.records if x.check is not None]
     itl = np.concatenate(sched.itl) if sched.itl else np.zeros(0)
     return Summary(
-        allocator=sched.backend.name, iterations=sched.iteration, makespan_s=makespan,
+        allocator=sched.backend.name, engine=sched.cfg.engine, iterations=sched.iteration,
+        makespan_s=makespan,
         finished=len(done), rejected=sched.num_rejected, output_tokens=out_tokens,
         throughput_tok_s=out_tokens / makespan if makespan > 0 else 0.0,
         ttft=Percentiles.of([q.first_token_s - q.spec.arrival_s for q in done]),
@@ -111,7 +114,7 @@ def summarize(sched: Scheduler) -> Summary:
         mean_waste_slots=weighted("waste_slots"),
         preemptions=sum(sched.preemptions.values()),
         preempt_recompute=sched.preemptions["recompute"], preempt_swap=sched.preemptions["swap"],
-        recomputed_tokens=sched.recomputed_tokens,
+        recomputed_tokens=sched.recomputed_tokens, readmit_hit_tokens=sched.readmit_hit_tokens,
         swapped_bytes=sched.swapped_out_bytes + sched.swapped_in_bytes,
         compute_bound_share=(float(weights[cols["compute_bound"]].sum()) / total_time
                              if total_time > 0 else 0.0),

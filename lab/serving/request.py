@@ -23,12 +23,14 @@ class Request:
     planned: list[int]  # prompt tokens, then the tokens the model will emit (seeded)
     length: int  # tokens held: prompt + emitted so far (they are planned[:length])
     order: int = -1  # admission order (newest = largest)
+    arrival: int = -1  # arrival order (vLLM's arrival_time: ties and the priority victim)
     state: RequestState = RequestState.WAITING
     num_computed: int = 0  # leading tokens whose K/V is in the pool
-    num_cached: int = 0  # prompt tokens found in the prefix cache at its last admission
+    num_cached: int = 0  # tokens found in the prefix cache at its last admission
     num_output: int = 0
     seq_id: int | None = None  # paged: the cache manager's sequence
-    block_table: tuple[int, ...] = ()  # paged: the blocks its last admission gave it
+    block_table: tuple[int, ...] = ()  # paged: its blocks after its last admission
+    released_table: tuple[int, ...] = ()  # paged: the blocks it released last
     swapped: object | None = None  # paged: the SwappedSequence while swapped out
     first_token_s: float | None = None
     last_token_s: float = 0.0
@@ -81,3 +83,24 @@ class IterationRecord:
     @property
     def batch_tokens(self) -> int:
         return self.prefill_tokens + self.decode_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledEntry:
+    """One request's share of a step, as vLLM's SchedulerOutput holds it."""
+
+    req_id: int
+    kind: str  # "new", "resumed" (re-admitted after a preemption) or "running"
+    computed: int  # num_computed_tokens before the step (new/resumed: the prefix hit)
+    tokens: int  # num_scheduled_tokens
+    new_blocks: tuple[int, ...]  # new/resumed: the whole table; running: the blocks appended
+
+
+@dataclass(frozen=True, slots=True)
+class StepDetail:
+    """What one step decided, entry by entry (a Scheduler built with detail=True keeps it)."""
+
+    scheduled: tuple[ScheduledEntry, ...]  # in scheduling order
+    preemptions: tuple[tuple[int, int, int, int], ...]  # (req, computed, tokens, free before)
+    lookups: tuple[tuple[int, int, int], ...]  # (req, tokens looked up, hit tokens)
+    free_after_schedule: int

@@ -12,7 +12,8 @@ import numpy as np
 
 from lab.serving.request import Request
 
-INT_COLUMNS = ("computed", "length", "cap", "outputs", "target", "priority", "order", "total")
+INT_COLUMNS = ("computed", "length", "cap", "outputs", "target", "priority", "arrival", "order",
+               "total")
 FLOAT_COLUMNS = ("first_token_s", "last_token_s")
 
 
@@ -25,6 +26,7 @@ class RunningTable:
         self.outputs = np.zeros(0, dtype=np.int64)  # tokens emitted
         self.target = np.zeros(0, dtype=np.int64)  # output length: done when outputs reach it
         self.priority = np.zeros(0, dtype=np.int64)
+        self.arrival = np.zeros(0, dtype=np.int64)  # arrival rank: vLLM's arrival_time order
         self.order = np.zeros(0, dtype=np.int64)
         self.total = np.zeros(0, dtype=np.int64)  # K/V computed over its life (recompute too)
         self.first_token_s = np.zeros(0)  # NaN until the first token
@@ -38,7 +40,8 @@ class RunningTable:
         first = np.nan if req.first_token_s is None else req.first_token_s
         values = {"computed": req.num_computed, "length": req.length, "cap": cap,
                   "outputs": req.num_output, "target": req.spec.output_len,
-                  "priority": req.spec.priority, "order": req.order,
+                  "priority": req.spec.priority, "arrival": req.arrival,
+                  "order": req.order,
                   "total": req.num_computed_total,
                   "first_token_s": first, "last_token_s": req.last_token_s}
         for name, value in values.items():
@@ -69,9 +72,14 @@ class RunningTable:
         self.reqs = [r for r, a in zip(self.reqs, alive) if a]
 
     def process_order(self, by_priority: bool) -> np.ndarray | None:
-        """Rows in the order the scheduler serves them: (priority, admission) under the priority
-        policy, else None: admission order, the rows as they are. The last one served is the
-        preferred victim."""
+        """Rows in the order vLLM V0 served them: (priority, admission) under the priority
+        policy, else None: admission order, the rows as they are (vLLM V1's running list, under
+        either policy)."""
         if by_priority:
             return np.lexsort((self.order, self.priority))
         return None
+
+    def lowest_priority(self, alive: np.ndarray) -> int:
+        """vLLM V1's priority victim: the live row with the largest (priority, arrival)."""
+        rows = np.flatnonzero(alive)
+        return int(rows[np.lexsort((self.arrival[rows], self.priority[rows]))[-1]])

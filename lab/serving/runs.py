@@ -27,6 +27,7 @@ Progress = Callable[[float], None] | None
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 POOL_FRACTIONS = (0.25, 0.5, 1.0, 2.0, 4.0)
 ALLOCATORS = ("contiguous", "paged")
+ENGINES = ("v1", "v0")
 # What a replay costs on one core (bench/RESULTS.md, "Hostile input"): CPU seconds per
 # iteration, per output token and per request; bytes held while it runs per token (each
 # request's planned token ids, its blocks), per iteration (its record and latencies) and per
@@ -129,16 +130,34 @@ def replay(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost, 
     return sched
 
 
-def replay_both(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost, seed: int,
-                keep: Callable[[Scheduler], T], progress: Progress = None) -> dict[str, T]:
-    """keep(the replay) on each allocator, checked and budgeted as one view; each replay is
+def replay_each(requests: tuple[RequestSpec, ...], configs: dict[str, SchedulerConfig],
+                cost: Cost, seed: int, keep: Callable[[Scheduler], T],
+                progress: Progress = None) -> dict[str, T]:
+    """keep(the replay) on each named config, checked and budgeted as one view; each replay is
     reduced to what `keep` returns before the next starts (one is in memory at a time)."""
-    configs = {a: replace(cfg, allocator=a) for a in ALLOCATORS}
     check_work(requests, list(configs.values()))
     budget = Budget()
-    return {a: keep(replay(requests, c, cost, seed, part_progress(progress, i, len(configs)),
-                           budget))
-            for i, (a, c) in enumerate(configs.items())}
+    return {name: keep(replay(requests, c, cost, seed,
+                              part_progress(progress, i, len(configs)), budget))
+            for i, (name, c) in enumerate(configs.items())}
+
+
+def replay_both(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost, seed: int,
+                keep: Callable[[Scheduler], T], progress: Progress = None) -> dict[str, T]:
+    """keep(the replay) on each allocator (`replay_each`)."""
+    return replay_each(requests, {a: replace(cfg, allocator=a) for a in ALLOCATORS}, cost,
+                       seed, keep, progress)
+
+
+def replay_engines(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost,
+                   seed: int, keep: Callable[[Scheduler], T], v0_preemption: str = "swap",
+                   progress: Progress = None) -> dict[str, T]:
+    """keep(the replay) under vLLM V1 (0.33) and under the paper's V0 (2023, preempting by
+    `v0_preemption`), on the paged pool with the same workload and settings, each at its own
+    default watermark (`SchedulerConfig.as_engine`)."""
+    paged = replace(cfg, allocator="paged")
+    configs = {e: paged.as_engine(e, v0_preemption) for e in ENGINES}
+    return replay_each(requests, configs, cost, seed, keep, progress)
 
 
 @dataclass(frozen=True)

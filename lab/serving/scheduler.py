@@ -1,19 +1,27 @@
-"""An iteration-level (continuous-batching) scheduler over the lab's KV pool.
+"""The lab's serving loop: vLLM V1's (0.33) scheduler over the lab's KV pool, step by step.
 
-Each iteration:
-1. Running requests, oldest first, get their next tokens: one for a decode, a chunk of the
-   prompt for a prefill (chunked when the prompt exceeds what is left of the token budget).
-   A decode that needs a block when none is free preempts a victim (the newest request, or the
-   lowest priority one) among those not yet scheduled in this iteration — by recompute (blocks
-   freed, back to the head of the queue, its tokens computed again later) or by swap (blocks
-   copied to the CPU pool) — until the block is found or the request itself is the victim.
-2. Only if nothing was preempted: swapped requests come back, then waiting requests are
-   admitted (first come, first served; by priority under the priority policy) while the token
-   budget, `max_num_seqs` and the pool allow; a prompt's blocks must fit above the watermark.
-3. The batch runs: simulated time from the cost model; in compute mode the K/V are written and
-   the real paged-attention kernel runs, checked against dense attention.
-4. A request whose K/V caught up with its tokens emits its next token; at its output length it
-   finishes and frees its memory.
+A step (vllm/v1/core/sched/scheduler.py, `Scheduler.schedule` then `update_from_output`):
+1. Running requests first, in running order, while the token budget lasts: each wants the
+   tokens it has not computed (1 for a decode, the rest of its prompt for a chunked prefill),
+   at most `long_prefill_token_threshold` when more than one request runs or waits, at most
+   what the budget has left. Only the blocks those tokens need are allocated. When none is
+   free, a victim is preempted by recompute (FCFS: the last running request; priority: the
+   largest (priority, arrival), whose tokens of this step, if it had some, go back to the
+   budget), until the blocks are found or the request preempted itself.
+2. Only if nothing was preempted, waiting requests in queue order (FCFS, or by priority):
+   the prefix cache is looked up for the whole current sequence (prompt + outputs so far, so a
+   re-admitted request can hit its own blocks), the whole sequence must fit in the free blocks
+   (`scheduler_reserve_full_isl`; the watermark held back only while something runs), and
+   only the first chunk's blocks are allocated. A refusal ends admission for the step.
+3. Full blocks are hashed as they are allocated, before the model runs.
+4. The batch runs: simulated time from the cost model; in compute mode the K/V are written and
+   the real paged-attention kernel runs, checked against dense attention. A request whose
+   computed tokens caught up with its tokens samples its next one; at its output length it
+   finishes and frees its blocks.
+
+`engine="v0"` runs the paper's engine (2023) in the same loop, as a labelled comparison: rows
+served by priority, a prompt's blocks all taken at admission, a 1 % watermark, swapped
+requests brought back first, preemption by swap to CPU blocks or by recompute.
 
 A request that can never fit (even alone in the pool) is rejected when it arrives.
 Every decision is kept as one line of text when `explain` is on.
@@ -29,8 +37,9 @@ import numpy as np
 from lab.memory.block_table import blocks_for
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import Cost, attention_pairs
+from lab.serving.decisions import admitted_line, grown_line, preempted_line
 from lab.serving.kv_backends import make_backend
-from lab.serving.request import IterationRecord, Request, RequestState
+from lab.serving.request import IterationRecord, Request, RequestState, ScheduledEntry, StepDetail
 from lab.serving.running_table import RunningTable
 from lab.serving.synthetic_kv import VOCAB
 from lab.serving.workloads import RequestSpec
@@ -42,27 +51,41 @@ class SchedulerStuck(RuntimeError):
     """No request could be scheduled although work is left (a configuration the checks missed)."""
 
 
+def _shares(want: np.ndarray, budget: int) -> np.ndarray:
+    """Each row's tokens when rows take their wish in turn from the budget (cumsum - want: what
+    the rows before it wished, all of which they got until the budget ran out)."""
+    return np.minimum(want, np.maximum(budget - (np.cumsum(want) - want), 0))
+
+
 class Scheduler:
     def __init__(self, requests: tuple[RequestSpec, ...], config: SchedulerConfig,
-                 cost: Cost, seed: int = 0) -> None:
+                 cost: Cost, seed: int = 0, detail: bool = False) -> None:
         self.cfg, self.cost = config, cost
+        self.v1 = config.engine == "v1"
         self.backend = make_backend(config, seed)
         self.pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.req_id)))
         self.rng = np.random.default_rng(seed)
         self.requests: dict[int, Request] = {}
         self.waiting: deque[Request] = deque()
-        self.table = RunningTable()  # the running requests
-        self.swapped: deque[Request] = deque()
+        self.table = RunningTable()  # the running requests, in running order
+        self.swapped: deque[Request] = deque()  # vLLM V0 only
         self.clock, self.iteration = 0.0, 0
-        self._taken = 0  # the backend's blocks taken, as of the last iteration
+        self._taken = 0  # the backend's blocks taken, as of the last step
         self.records: list[IterationRecord] = []
         self.num_finished = self.num_rejected = 0
         self.preemptions = {"recompute": 0, "swap": 0}
         self.recomputed_tokens = self.swapped_out_bytes = self.swapped_in_bytes = 0
-        self.itl: list[np.ndarray] = []  # inter-token latencies, one array per iteration
-        self._order, self._lines, self._last_wait = 0, [], ""
+        self.readmit_hit_tokens = 0  # tokens re-admitted requests found in the prefix cache
+        self.itl: list[np.ndarray] = []  # inter-token latencies, one array per step
+        self._order, self._arrivals, self._lines, self._last_wait = 0, 0, [], ""
         self._admitted: list[int] = []
         self._preempted: list[int] = []
+        self.detail: StepDetail | None = None  # the last step's entries, when detail=True
+        self._detailed = detail
+        self._lookups: list[tuple[int, int, int]] = []
+        self._victims: list[tuple[int, int, int, int]] = []
+        if detail and hasattr(self.backend, "new_blocks"):
+            self.backend.new_blocks = {}
 
     @property
     def done(self) -> bool:
@@ -74,7 +97,7 @@ class Scheduler:
         return not (self.waiting or self.table or self.swapped)
 
     def next_start(self) -> float | None:
-        """When the next iteration starts: now, or at the next arrival when idle (None: done)."""
+        """When the next step starts: now, or at the next arrival when idle (None: done)."""
         if self.done:
             return None
         return max(self.clock, self.pending[0].arrival_s) if self.idle else self.clock
@@ -96,9 +119,13 @@ class Scheduler:
         while self.pending and self.pending[0].arrival_s <= self.clock:
             spec = self.pending.popleft()
             planned = list(spec.tokens) or self.rng.integers(0, VOCAB, spec.total_len).tolist()
-            req = Request(spec, planned, spec.prompt_len)
+            req = Request(spec, planned, spec.prompt_len, arrival=self._arrivals)
+            self._arrivals += 1
             self.requests[spec.req_id] = req
             reason = self.backend.never_fits(req)
+            limit = self.cfg.max_model_len
+            if reason is None and limit is not None and req.longest > limit:
+                reason = f"prompt + max_tokens = {req.longest} tokens exceeds max_model_len {limit}"
             if reason is None and not self.cfg.enable_chunked_prefill \
                     and req.longest > self.cfg.max_num_batched_tokens:
                 reason = (f"prompt + max_tokens = {req.longest} tokens exceeds the token "
@@ -112,79 +139,114 @@ class Scheduler:
 
     def _enqueue(self, req: Request, front: bool = False) -> None:
         req.state = S.WAITING
-        if self.cfg.victim_policy == "priority":
-            bisect.insort(self.waiting, req,
-                          key=lambda r: (r.spec.priority, r.spec.arrival_s, r.req_id))
+        if self.cfg.policy == "priority":
+            bisect.insort(self.waiting, req, key=lambda r: (r.spec.priority, r.arrival))
         elif front:
             self.waiting.appendleft(req)
         else:
             self.waiting.append(req)
 
-    # -- one iteration -----------------------------------------------------------------------
+    # -- one step ----------------------------------------------------------------------------
     def step(self) -> IterationRecord | None:
-        """Run one iteration; None when every request is finished or rejected."""
+        """Run one step; None when every request is finished or rejected."""
         self._arrive()
         while self.idle and self.pending:
             self._arrive()  # everything so far was rejected: move on to the next arrival
         if self.done:
             return None
         self.backend.events.step = self.iteration  # stamp the memory's events
-        t = self.table
-        budget = self.cfg.max_num_batched_tokens
-        order = t.process_order(self.cfg.victim_policy == "priority")
+        t, cfg = self.table, self.cfg
+        order = None if self.v1 else t.process_order(cfg.policy == "priority")
+        if order is None:
+            order = np.arange(len(t))
         want = t.length - t.computed  # >= 1: a running request always has a token to compute
-        if order is None:  # admission order: the rows as they are
-            alloc = np.minimum(want, np.maximum(budget - (np.cumsum(want) - want), 0))
-        else:
-            want = want[order]
-            alloc = np.zeros(len(t), dtype=np.int64)
-            alloc[order] = np.minimum(want, np.maximum(budget - (np.cumsum(want) - want), 0))
-        # alloc: decode 1, prefill a (chunked) share of what the rows before it left
+        threshold = cfg.long_prefill_token_threshold
+        self._long_cap = threshold if threshold and len(t) + len(self.waiting) > 1 else 0
+        if self._long_cap:
+            want = np.minimum(want, threshold)
+        alloc = np.zeros(len(t), dtype=np.int64)
+        alloc[order] = _shares(want[order], cfg.max_num_batched_tokens)
         alive = np.ones(len(t), dtype=bool)
-        preempted = self._find_blocks(order, alloc, alive)
-        if not preempted:  # no admissions in an iteration that preempted
-            shares = self._admit(len(t), budget - int(alloc.sum()))
+        running_rows = len(t)
+        preempted = self._find_blocks(order, want, alloc, alive)
+        if not preempted:
+            shares = self._admit(len(t), cfg.max_num_batched_tokens - int(alloc.sum()))
             if shares:
                 alloc = np.concatenate([alloc, np.array(shares, dtype=np.int64)])
                 alive = np.concatenate([alive, np.ones(len(shares), dtype=bool)])
+        elif self.waiting and cfg.explain:
+            self._say("no admission in this step: it preempted"
+                      + (" (vLLM V1 admits nothing in a step that preempted)" if self.v1 else ""))
         if not alloc.any():
-            raise SchedulerStuck(f"iteration {self.iteration}: nothing could run with "
+            raise SchedulerStuck(f"step {self.iteration}: nothing could run with "
                                  f"{len(self.waiting)} waiting and {len(self.swapped)} swapped")
+        if self._detailed:
+            self._keep_detail(alloc, alive, running_rows)
         return self._execute(alloc, alive, preempted)
 
-    def _find_blocks(self, order: np.ndarray | None, alloc: np.ndarray, alive: np.ndarray) -> int:
-        """Blocks for decodes whose blocks are full, preempting from the back of the serving
-        order (victims get alloc 0 and alive False)."""
-        t = self.table
-        needs = t.computed + alloc > t.cap
-        if not needs.any():
+    def _find_blocks(self, order: np.ndarray, want: np.ndarray, alloc: np.ndarray,
+                     alive: np.ndarray) -> int:
+        """Blocks for the rows whose tokens need one (or, hashing, fill one), in serving order,
+        preempting until each gets them or is the victim itself; victims get alloc 0 and alive
+        False, and the rows after get their shares of the budget again."""
+        t, bs, budget = self.table, self.backend.block_size, self.cfg.max_num_batched_tokens
+        end = t.computed + alloc
+        calls = end > t.cap
+        if self.backend.hashes:  # a block this step fills is hashed now
+            calls |= end // bs > t.computed // bs
+        if not calls.any():
             return 0
-        if order is None:
-            order = np.arange(len(t))
-        preempted, tail = 0, len(order) - 1
-        for pos in np.flatnonzero(needs[order]):
+        positions = np.flatnonzero(calls[order]).tolist()
+        preempted, i = 0, 0
+        while i < len(positions):
+            pos = positions[i]
             row = int(order[pos])
+            i += 1
+            if not alive[row] or not alloc[row]:
+                continue
+            before = preempted
             while alive[row]:
-                cap = self.backend.grow(t.reqs[row], int(t.computed[row]))
+                req, computed = t.reqs[row], int(t.computed[row])
+                cap = self.backend.grow(req, computed, int(alloc[row]))
                 if cap is not None:
+                    if self.cfg.explain and computed < req.length - 1:
+                        self._say(grown_line(req.req_id, computed, int(alloc[row]),
+                                             req.length, cap, t.cap[row], bs))
                     t.cap[row] = cap
                     break
-                while not alive[order[tail]]:
-                    tail -= 1
-                victim = int(order[tail])  # the newest (or least important) not yet served
-                needy = t.reqs[row].req_id
-                self._preempt(victim, "no free block for its own next token" if victim == row
-                              else f"no free block for request {needy}")
+                victim = self._victim(order, alive)
+                self._preempt(victim, row)
                 alive[victim], alloc[victim] = False, 0
                 preempted += 1
+            if preempted > before:  # the budget and the rows left to serve changed
+                rest = order[pos + 1:]
+                left = budget - int(alloc[order[:pos + 1]].sum())
+                alloc[rest] = _shares(np.where(alive[rest], want[rest], 0), left)
+                end = t.computed + alloc
+                calls = end > t.cap
+                if self.backend.hashes:
+                    calls |= end // bs > t.computed // bs
+                positions = positions[:i] + (pos + 1 + np.flatnonzero(calls[rest])).tolist()
         return preempted
 
-    def _preempt(self, row: int, why: str) -> None:
-        victim = self.table.store(row)
+    def _victim(self, order: np.ndarray, alive: np.ndarray) -> int:
+        if self.v1 and self.cfg.policy == "priority":
+            return self.table.lowest_priority(alive)
+        return int(order[np.flatnonzero(alive[order])[-1]])  # the last one still running
+
+    def _preempt(self, row: int, needy_row: int) -> None:
+        t = self.table
+        needy = t.reqs[needy_row].req_id
+        victim = t.store(row)
         victim.num_preemptions += 1
         self._preempted.append(victim.req_id)
-        mode = self.cfg.preemption_mode
-        if mode == "swap" and self.backend.can_swap_out(victim):
+        if self._detailed:
+            self._victims.append((victim.req_id, victim.num_computed, victim.length,
+                                  self.backend.num_free))
+            self.backend.new_blocks.pop(victim.req_id, None)  # its entry is withdrawn
+        why = ("no free block for its own next tokens" if row == needy_row
+               else f"no free block for request {needy}")
+        if self.cfg.preemption_mode == "swap" and self.backend.can_swap_out(victim):
             moved = self.backend.swap_out(victim)
             self.swapped_out_bytes += moved
             victim.state = S.SWAPPED
@@ -192,7 +254,6 @@ class Scheduler:
             self.preemptions["swap"] += 1
             self._say(f"request {victim.req_id} preempted (swap, {moved:,} bytes to CPU): {why}")
             return
-        note = " — swap space full" if mode == "swap" else ""
         lost = victim.num_computed
         self.backend.release(victim)
         victim.num_computed = 0
@@ -200,53 +261,81 @@ class Scheduler:
         victim.num_recomputed += lost
         self.preemptions["recompute"] += 1
         self._enqueue(victim, front=True)
-        self._say(f"request {victim.req_id} preempted (recompute{note}): {why}; "
-                  f"{lost} tokens to compute again")
+        self._say(preempted_line(victim, why, lost, self.cfg.preemption_mode == "swap"))
 
     def _admit(self, seats_taken: int, budget: int) -> list[int]:
-        """Swapped requests first, then waiting ones, while budget, seats and blocks allow;
-        return the new rows' token shares."""
+        """(V0: swapped requests first, then) waiting ones, while budget, seats and blocks
+        allow; return the new rows' token shares."""
         cfg, t = self.cfg, self.table
         shares: list[int] = []
         while budget > 0 and seats_taken + len(shares) < cfg.max_num_seqs:
+            # V1 holds the watermark back only while something runs; V0 always did.
+            reserve = cfg.watermark_blocks if not self.v1 or seats_taken + len(shares) else 0
             if self.swapped:
                 req = self.swapped[0]
-                short = self.backend.swap_in_shortfall(req)
+                short = self.backend.swap_in_shortfall(req, reserve)
                 if short is not None:
                     self._say_once(f"request {req.req_id} stays swapped out: {short}")
                     break
                 self.swapped.popleft()
                 moved, cap = self.backend.swap_in(req)
                 self.swapped_in_bytes += moved
+                n = min(req.length - req.num_computed, budget)
                 self._say(f"request {req.req_id} swapped in ({moved:,} bytes from CPU)")
             elif self.waiting:
                 req = self.waiting[0]
-                if not cfg.enable_chunked_prefill and req.length > budget:
+                hit = self.backend.lookup(req)
+                if self._detailed:
+                    self._lookups.append((req.req_id, req.length, hit))
+                n = req.length - hit
+                if self._long_cap:
+                    n = min(n, self._long_cap)
+                if not cfg.enable_chunked_prefill and n > budget:
                     break
-                short = self.backend.admit_shortfall(req)
-                if short is not None:
-                    self._say_once(f"request {req.req_id} waits: {short}")
+                n = min(n, budget)
+                short = (self.backend.admit_shortfall(req, reserve)
+                         if cfg.scheduler_reserve_full_isl or not self.v1 else None)
+                # V1 allocates the hit and the first chunk; V0 the whole sequence at once.
+                hold = hit + n if self.v1 else req.length
+                cap = self.backend.admit(req, hold, reserve) if short is None else None
+                if cap is None:
+                    self._say_once(f"request {req.req_id} waits: "
+                                   f"{short or 'no free blocks for its first chunk'}")
                     break
                 self.waiting.popleft()
-                cap = self.backend.admit(req)
+                if req.num_preemptions:
+                    self.readmit_hit_tokens += hit
                 if cfg.explain:
-                    self._say_admitted(req, budget)
+                    self._say(admitted_line(req, hit, n, cap, self.v1, self.backend.block_size))
             else:
                 break
             req.state, req.order = S.RUNNING, self._order
             self._order += 1
             self._admitted.append(req.req_id)
             row = t.add(req, cap)
-            n = min(req.length - req.num_computed, budget)
             if req.num_computed + n > cap:  # a swapped-in decode: its next token needs a block
-                t.cap[row] = self.backend.grow(req, req.num_computed)
+                t.cap[row] = self.backend.grow(req, req.num_computed, n)
             shares.append(n)
             budget -= n
         return shares
 
+    def _keep_detail(self, alloc: np.ndarray, alive: np.ndarray, running_rows: int) -> None:
+        t, blocks = self.table, self.backend.new_blocks or {}
+        entries = []
+        for row in np.flatnonzero(alive & (alloc > 0)):
+            req = t.reqs[row]
+            kind = ("running" if row < running_rows else
+                    "resumed" if req.num_preemptions else "new")
+            entries.append(ScheduledEntry(req.req_id, kind, int(t.computed[row]),
+                                          int(alloc[row]), tuple(blocks.get(req.req_id, ()))))
+        self.detail = StepDetail(tuple(entries), tuple(self._victims), tuple(self._lookups),
+                                 self.backend.num_free)
+        self._victims, self._lookups = [], []
+        blocks.clear()
+
     def _execute(self, alloc: np.ndarray, alive: np.ndarray, preempted: int) -> IterationRecord:
         t = self.table
-        scheduled = alloc > 0  # rows not computed this iteration (and victims) have alloc 0
+        scheduled = alloc > 0  # rows not computed this step (and victims) have alloc 0
         end = t.computed + alloc
         decode = int(((alloc == 1) & (t.length == end) & (t.outputs > 0)).sum())
         new_tokens = int(alloc.sum())
@@ -264,7 +353,7 @@ class Scheduler:
         self.clock = now = start_s + cost.seconds
         t.computed += alloc
         t.total += alloc
-        caught = scheduled & (t.computed == t.length)  # K/V caught up: the model emits a token
+        caught = scheduled & (t.computed == t.length)  # K/V caught up: the model samples a token
         t.outputs[caught] += 1
         first = caught & np.isnan(t.first_token_s)
         t.first_token_s[first] = now
@@ -298,12 +387,6 @@ class Scheduler:
         self.num_finished += 1
         if self.cfg.explain:
             self._say(f"request {req.req_id} finished: {req.num_output} tokens, freed its memory")
-
-    def _say_admitted(self, req: Request, budget: int) -> None:
-        hit = f", {req.num_computed} from the prefix cache" if req.num_computed else ""
-        rest = req.length - req.num_computed
-        chunk = f"; prefill chunk of {budget} (token budget)" if rest > budget else ""
-        self._say(f"request {req.req_id} admitted: {req.length} tokens{hit}{chunk}")
 
     def next_in_line(self) -> Request | None:
         """The request to be admitted next (a contiguous server measures its holes by it)."""

@@ -90,11 +90,11 @@ class ReplayStats:
 
 def replay_stats(sched: Scheduler) -> ReplayStats:
     """Read a scheduler after its last step (run it to the iteration the gauges should show).
-    A paged, recompute-only replay: vLLM v1 has no contiguous allocator and no swap."""
+    A paged replay of the V1 engine: vLLM v1 has no contiguous allocator and no swap."""
     cfg = sched.cfg
-    if cfg.allocator != "paged" or cfg.preemption_mode != "recompute":
+    if cfg.allocator != "paged" or cfg.engine != "v1":
         raise ValueError("vLLM v1 is a paged server that preempts by recompute: export a paged "
-                         "replay with preemption_mode='recompute'")
+                         "replay of the V1 engine (engine='v1')")
     if not sched.records:
         raise ValueError("the replay has not run an iteration yet")
     sched.running()  # copy the running requests' progress out of the table
@@ -250,7 +250,7 @@ def startup_log(cfg: SchedulerConfig, sheet: VllmSheet, *, model_name: str) -> s
              f"Initializing a V1 LLM engine (PagedAttention Lab simulation) with config: "
              f"model='{model_name}', max_seq_len={sheet.max_model_len}, tensor_parallel_size=1, "
              f"kv_cache_dtype=auto, served_model_name={model_name}, "
-             f"enable_prefix_caching={cfg.enable_prefix_cache}, "
+             f"enable_prefix_caching={cfg.enable_prefix_caching}, "
              f"chunked_prefill_enabled={cfg.enable_chunked_prefill}",
              *([f"Chunked prefill is enabled with max_num_batched_tokens="
                 f"{cfg.max_num_batched_tokens}."] if cfg.enable_chunked_prefill else []),
@@ -305,7 +305,7 @@ def engine_sample(setup: SampleSetup = SampleSetup()) -> EngineSample:
                                           block_size=setup.block_size),
                           max_num_seqs=setup.max_num_seqs,
                           max_num_batched_tokens=setup.max_num_batched_tokens,
-                          enable_prefix_cache=True, explain=False)  # vLLM v1 caches prefixes
+                          enable_prefix_caching=True, explain=False)  # vLLM v1's default
     stop = busiest_iteration(replay(requests, cfg, cost, setup.seed).records)
     sched = Scheduler(requests, cfg, cost, setup.seed)
     run(sched, max_iterations=stop + 1)
