@@ -27,7 +27,13 @@ class SchedulerConfig:
     preemption_mode: PreemptionMode = "recompute"
     victim_policy: VictimPolicy = "newest"
     allocator: AllocatorKind = "paged"
+    # contiguous only: output tokens reserved per request, grown when outgrown
+    # (lab/serving/guess_backend.py); None: prompt + max_tokens, never grown
+    contiguous_guess: int | None = None
     compute: bool = False  # real K/V tensors and the paged-attention kernel every iteration
+    # compute mode: check the kernel every iteration (False: the K/V are written, and a page
+    # checks only the step it shows, as the Triton interpreter takes ~0.5 s a check)
+    kernel_check: bool = True
     enable_prefix_cache: bool = False
     num_cpu_blocks: int = 0  # swap space; 0 = as many as the device pool
     num_heads: int = 4  # query heads in compute mode (a multiple of the pool's KV heads)
@@ -41,6 +47,11 @@ class SchedulerConfig:
         if self.num_heads % self.pool.num_kv_heads:
             raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of the pool's "
                              f"{self.pool.num_kv_heads} KV heads")
+        if self.contiguous_guess is not None and (
+                self.allocator != "contiguous" or self.contiguous_guess < 1):
+            raise ValueError("contiguous_guess must be a positive number of output tokens, "
+                             f"for the contiguous allocator, got {self.contiguous_guess!r} "
+                             f"for {self.allocator!r}")
         if not 0 <= self.watermark < 1:
             raise ValueError(f"watermark must be a fraction in [0, 1), got {self.watermark}")
         for name, allowed in (("preemption_mode", ("recompute", "swap")),

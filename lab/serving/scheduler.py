@@ -29,6 +29,7 @@ import numpy as np
 from lab.memory.block_table import blocks_for
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import Cost, attention_pairs
+from lab.serving.guess_backend import GuessBackend
 from lab.serving.kv_backends import make_backend
 from lab.serving.request import IterationRecord, Request, RequestState
 from lab.serving.running_table import RunningTable
@@ -46,7 +47,8 @@ class Scheduler:
     def __init__(self, requests: tuple[RequestSpec, ...], config: SchedulerConfig,
                  cost: Cost, seed: int = 0) -> None:
         self.cfg, self.cost = config, cost
-        self.backend = make_backend(config, seed)
+        self.backend = (GuessBackend(config, seed) if config.contiguous_guess is not None
+                        else make_backend(config, seed))
         self.pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.req_id)))
         self.rng = np.random.default_rng(seed)
         self.requests: dict[int, Request] = {}
@@ -147,7 +149,7 @@ class Scheduler:
             if shares:
                 alloc = np.concatenate([alloc, np.array(shares, dtype=np.int64)])
                 alive = np.concatenate([alive, np.ones(len(shares), dtype=bool)])
-        if not alloc.any():
+        if not alloc.any() and not preempted:  # a request that preempted itself runs next time
             raise SchedulerStuck(f"iteration {self.iteration}: nothing could run with "
                                  f"{len(self.waiting)} waiting and {len(self.swapped)} swapped")
         return self._execute(alloc, alive, preempted)
