@@ -10,6 +10,8 @@ import pytest
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.story import LiveRun
 from lab.scenarios.unknown_ending import EndingConfig, UnknownEndingStory, make_workload
+from lab.serving.guess_backend import GuessBackend
+from lab.serving.scheduler import Scheduler
 
 # A small run for the live tests: 4 requests, 256 slots, outputs up to 60 tokens.
 SMALL = EndingConfig(PoolConfig(num_blocks=16, block_size=16, num_kv_heads=2, head_dim=32),
@@ -45,6 +47,21 @@ def test_guess_low_moves_long_requests_and_guess_high_makes_them_wait() -> None:
     for frames in (low_frames, high_frames):  # everyone finishes, on both servers
         assert frames[-1].contiguous.finished == frames[-1].paged.finished == 8
         assert all(f.paged.moves == f.paged.copied_bytes == 0 for f in frames)
+
+
+def test_both_servers_are_the_lab_scheduler_and_a_request_stores_all_but_its_last_token():
+    s = story(16)
+    play = s.play()
+    assert isinstance(play.contiguous, Scheduler) and isinstance(play.paged, Scheduler)
+    assert isinstance(play.memory, GuessBackend)
+    specs = {r.req_id: r for r in s.requests()}
+    frames = s.frames()
+    for name in ("contiguous", "paged"):
+        finished = [f for frame in frames for f in frame.logs[name].finished]
+        assert sorted(r for r, *_ in finished) == sorted(specs)
+        # vLLM's model: the prefill emits the first output token; the last one's K/V is
+        # never computed (nothing attends to it)
+        assert all(held == specs[r].total_len - 1 for r, _, held in finished)
 
 
 def test_the_paged_run_does_not_depend_on_the_guess() -> None:

@@ -157,7 +157,8 @@ class UnknownEndingStory(Story[EndingFrame]):
                          f"{m.src + m.tokens - 1}, and the old region is freed.")
         for req_id, held in zip(c.admitted, c.prefilled):
             r, spec = regions.get(req_id), specs[req_id]
-            again = (f"re-admits {_r(req_id)} (its {held} tokens prefilled again)"
+            again = (f"re-admits {_r(req_id)} (its {held} tokens, prompt and output so far, "
+                     "prefilled)"
                      if held > spec.prompt_len else f"admits {_r(req_id)}")
             where = "" if r is None else (  # None: it finished in the same step
                 f", reserving {r.reserved} slots at {r.start}–{r.start + r.reserved - 1} "
