@@ -5,13 +5,8 @@ import streamlit as st
 
 from lab.figures.unknown_ending import address_map, over_time
 from lab.memory.kv_pool import PoolConfig
-from lab.scenarios.unknown_ending import (
-    GUESS_LOW,
-    MAX_REQUESTS,
-    EndingConfig,
-    SystemStats,
-    UnknownEndingStory,
-)
+from lab.scenarios.ending_play import SystemStats
+from lab.scenarios.unknown_ending import GUESS_LOW, MAX_REQUESTS, EndingConfig, UnknownEndingStory
 from lab.sizing.kv_formula import format_bytes, kv_layout
 from lab.sizing.model_spec import load_presets
 from ui.chapters import chapter_strip, next_page

@@ -15,8 +15,9 @@ Guess low, and a request fills its reservation while it is still generating. Gro
 - otherwise it moves: a new region of the doubled size, first fit, while the old one is still
   held (the copy needs its source), then its K/V are copied there (a device memcpy per layer,
   timed with `time.perf_counter` around it, synchronised on a GPU) and the old region is freed;
-- if no hole holds the doubled size, the request cannot grow: the caller preempts (see
-  `lab/scenarios/unknown_ending.py`: the newest running request, by recompute, as vLLM does).
+- if no hole holds the doubled size, the request cannot grow: the caller preempts (the lab's
+  scheduler, through `lab/serving/guess_backend.py`: the newest running request, by recompute,
+  as vLLM does).
 Guess high, and the reserved-but-unused slots sit empty while the requests behind wait for a
 hole big enough for their own reservation.
 """

@@ -3,21 +3,24 @@
 The guide's first section, shown: one seeded workload (a few requests, most short, some much
 longer; the server learns an output's length only when the request stops) served two ways on
 the same bytes and the same step clock. The contiguous server reserves prompt + the learner's
-guess per request in one region of a real K/V tensor (`lab/memory/contiguous_kv.py`): guess low
-and long requests fill their reservation and must grow, in place or by moving (their K/V
-really copied, counted and timed); guess high and the reservations sit mostly empty while the
-requests behind them wait. The paged server takes a block only when a sequence's last is full.
+guess per request in one region of a real K/V tensor (`lab/serving/guess_backend.py` over
+`lab/memory/contiguous_kv.py`): guess low and long requests fill their reservation and must
+grow, in place or by moving (their K/V really copied, counted and timed); guess high and the
+reservations sit mostly empty while the requests behind them wait. The paged server takes a
+block only when a sequence's last is full.
 
-One step is one iteration of both servers, the same policy for both (the one `EndingServer`
-loop, lab/scenarios/ending_servers.py): arrivals join the queue; every running request, oldest
-first, decodes one token; a request that finds no room for it (no hole for its grown region; no
-free block) preempts the newest running request by recompute (its memory freed, its tokens
-prefilled again when it is re-admitted, at the front of the queue), itself if it is the newest,
-as vLLM does; then, if nobody was preempted, waiting requests are admitted first come first
-served while the head of the queue fits (its prompt is prefilled). A request whose last token
-is written finishes and frees its memory. On the real tensors (`store_kv`) every step writes
-each token's seeded K/V and runs the Triton kernel over both tensors against dense attention
-over the seeded K/V.
+Both servers are the lab's scheduler (`lab/serving/scheduler.py`, the one serving loop) on a
+step clock with no token budget or seat limit, so one step is one iteration of each and the
+scheduler's policy decides for both: arrivals join the queue; every running request, oldest
+first, computes one decode token; a request that finds no room for it (no hole for its grown
+region; no free block) preempts the newest running request by recompute (its memory freed, its
+tokens prefilled again when it is re-admitted, at the front of the queue), itself if it is the
+newest; then, if nobody was preempted, waiting requests are admitted first come first served
+while the head of the queue fits, their prompt prefilled in that step, which emits their first
+output token. A request finishes when it emits its last token (whose K/V nothing reads, so it
+is never stored) and frees its memory. On the real tensors (`store_kv`) every step writes each
+new token's seeded K/V, and the step a page shows runs the Triton kernel over both tensors
+against dense attention.
 """
 
 from __future__ import annotations
@@ -25,29 +28,19 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-import torch
-
-from kernels.reference import AttentionCheck, compare
 from lab.memory.block_table import blocks_for
-from lab.memory.contiguous import Region
-from lab.memory.contiguous_kv import Growth, Move, attention_check
+from lab.memory.contiguous_kv import Growth, Move
 from lab.memory.kv_pool import PoolConfig
-from lab.memory.snapshot import Snapshot
-from lab.scenarios.ending_servers import (
-    ContiguousServer,
-    PagedServer,
-    SeededKV,
-    StepLog,
-    request_label,
-)
+from lab.scenarios.ending_play import EndingFrame, EndingPlay, StepLog, request_label
 from lab.scenarios.story import LiveRun, Story
 from lab.serving.synthetic_kv import VOCAB
 from lab.serving.workloads import RequestSpec
 
-SYSTEMS = ("contiguous", "paged")
-_r = request_label  # the captions name requests on almost every line
 GUESS_LOW = 16  # the quick choice "guess low": fewer output slots than most requests need
 MAX_REQUESTS = 10
+
+
+_r = request_label  # the captions name requests on almost every line
 
 
 @dataclass(frozen=True)
@@ -105,137 +98,6 @@ def make_workload(cfg: EndingConfig, seed: int) -> tuple[RequestSpec, ...]:
     return tuple(requests)
 
 
-
-
-@dataclass(frozen=True)
-class SystemStats:
-    """One server after one step, in token slots (x bytes_per_token for bytes)."""
-
-    capacity: int
-    used: int  # slots holding a token's K/V
-    unused: int  # reserved (contiguous) or allocated (paged: last blocks' tails), holding nothing
-    running: int
-    waiting: int
-    finished: int
-    moves: int  # so far
-    growths: int  # so far, in place
-    copied_tokens: int  # so far
-    copied_bytes: int
-    preemptions: int
-    recomputed: int  # tokens prefilled again after a preemption
-
-    @property
-    def unused_pct(self) -> float:
-        return 100 * self.unused / self.capacity
-
-
-@dataclass(frozen=True)
-class EndingFrame:
-    step: int
-    contiguous: SystemStats
-    paged: SystemStats
-    logs: dict[str, StepLog]
-    regions: tuple[Region, ...]  # the contiguous address space after the step
-    holes: tuple[tuple[int, int], ...]  # its free runs: (start, size)
-    next_reservation: int  # slots the contiguous queue's head needs (0: nobody waits)
-    snapshot: Snapshot  # the paged pool
-    seq_of_request: dict[int, int]  # paged: request -> sequence id
-
-
-
-class EndingPlay:
-    """Both servers on one step clock."""
-
-    def __init__(self, cfg: EndingConfig, requests: tuple[RequestSpec, ...], seed: int,
-                 store_kv: bool = False,
-                 timings: dict[tuple[int, int], float] | None = None) -> None:
-        self.cfg = cfg
-        # (step, request) -> seconds each move's copy took; a live run's replays share one
-        self.timings = timings if timings is not None else {}
-        self.kv = SeededKV(cfg.pool, seed, {r.req_id: r for r in requests}) if store_kv else None
-        self.contiguous = ContiguousServer(cfg.pool, cfg.guess, requests, self.kv)
-        self.paged = PagedServer(cfg.pool, requests, self.kv)
-        self.servers = (self.contiguous, self.paged)
-        self.step = -1
-        self._finishers: AttentionCheck | None = None  # this step's last tokens, checked
-
-    @property
-    def done(self) -> bool:
-        return all(s.done for s in self.servers)
-
-    def advance(self) -> EndingFrame:
-        self.step += 1
-        logs = [server.step(self.step) for server in self.servers]
-        if self.kv is not None:  # a request's last token attends before its memory is freed
-            self._finishers = self._attention([[r for r, _ in log.finished] for log in logs])
-        for server, log in zip(self.servers, logs):
-            server.finish(log.finished)
-        for m in logs[0].moves:
-            if m.seconds is not None:
-                self.timings[self.step, m.req_id] = m.seconds
-        return self.frame(dict(zip(SYSTEMS, logs)))
-
-    def frame(self, logs: dict[str, StepLog]) -> EndingFrame:
-        c = self.contiguous
-        head = c.waiting[0] if c.waiting else None
-        picture = c.cache.picture(c.need(head) if head is not None else 0)
-        u = picture.usage
-        moves = c.cache.moves
-        c_stats = SystemStats(u.capacity, u.used, u.internal, len(c.running), len(c.waiting),
-                              c.num_finished, len(moves), len(c.cache.growths),
-                              sum(m.tokens for m in moves), c.cache.bytes_copied,
-                              c.preemptions, c.recomputed)
-        p = self.paged
-        snap = p.manager.snapshot()
-        p_stats = SystemStats(self.cfg.capacity, snap.usage.slots_filled, snap.usage.tail_slots,
-                              len(p.running), len(p.waiting), p.num_finished, 0, 0, 0, 0,
-                              p.preemptions, p.recomputed)
-        return EndingFrame(self.step, c_stats, p_stats, logs, picture.regions, u.holes,
-                           picture.next_request, snap, dict(p.seq_of))
-
-    def _attention(self, ids: list[list[int]]) -> AttentionCheck | None:
-        """Each request's newest token over its K/V on the real tensors (ids: per server),
-        against dense attention over the seeded K/V it should hold (a wrong move would show)."""
-        checks = []
-        for server, req_ids in zip(self.servers, ids):
-            if not req_ids:
-                continue
-            pool, tables = server.tables(req_ids)
-            expected = [tuple(t[0] for t in self.kv.of(r, 0, server.held[r])) for r in req_ids]
-            newest = [server.specs[r].tokens[server.held[r] - 1] for r in req_ids]
-            checks.append(attention_check(pool.key_caches[0], pool.value_caches[0], tables,
-                                          self.kv.synthetic.queries(newest), expected))
-        return merge_checks(checks)
-
-    def check_attention(self) -> AttentionCheck | None:
-        """Every request that attended at this step: those still running, read now, and those
-        that finished, read before their memory was freed."""
-        if self.kv is None:
-            return None
-        running = self._attention([list(s.running) for s in self.servers])
-        return merge_checks([c for c in (running, self._finishers) if c is not None])
-
-    def measured(self, step: int) -> tuple[int, float]:
-        """(moves timed, seconds their copies took) up to `step`, on the real tensor (by any
-        play of this live run: a replay measures again)."""
-        times = [t for (at, _), t in list(self.timings.items()) if at <= step]
-        return len(times), sum(times)
-
-    def events(self) -> dict[str, list[dict]]:
-        return {"contiguous": self.contiguous.events.as_dicts(),
-                "paged": self.paged.events.as_dicts()}
-
-
-def merge_checks(checks: list[AttentionCheck]) -> AttentionCheck | None:
-    """Several checks judged as one (the same tolerance over every output)."""
-    if not checks:
-        return None
-    if len(checks) == 1:
-        return checks[0]
-    return compare(torch.cat([c.output for c in checks]),
-                   torch.cat([c.reference for c in checks]), sum(c.num_seqs for c in checks))
-
-
 @dataclass(frozen=True)
 class UnknownEndingStory(Story[EndingFrame]):
     page = "unknown_ending"
@@ -247,7 +109,8 @@ class UnknownEndingStory(Story[EndingFrame]):
 
     def play(self, store_kv: bool = False,
              timings: dict[tuple[int, int], float] | None = None) -> EndingPlay:
-        return EndingPlay(self.config, self.requests(), self.seed, store_kv, timings)
+        return EndingPlay(self.config.pool, self.config.guess, self.requests(), self.seed,
+                          store_kv, timings)
 
     def live(self) -> LiveRun:
         """On the real tensors; every replay records its copy times in one place, so a page
@@ -271,7 +134,7 @@ class UnknownEndingStory(Story[EndingFrame]):
         for f in frames:
             log = f.logs["contiguous"]
             if any(g.req_id == req_id for g in (*log.moves, *log.growths)) or any(
-                    r == req_id for r, _ in log.finished):
+                    r == req_id for r, *_ in log.finished):
                 return f.step
         return frames[-1].step
 
@@ -292,13 +155,15 @@ class UnknownEndingStory(Story[EndingFrame]):
                          f"region at slot {m.dst}: its {m.tokens} tokens' K/V, "
                          f"**{m.nbytes:,} bytes**, are copied from slots {m.src}–"
                          f"{m.src + m.tokens - 1}, and the old region is freed.")
-        for req_id in c.admitted:
-            r, spec = regions[req_id], specs[req_id]
-            again = (f"re-admits {_r(req_id)} (its {r.used} tokens prefilled again)"
-                     if r.used > spec.prompt_len else f"admits {_r(req_id)}")
-            lines.append(f"Contiguous: {again}, reserving {r.reserved} slots at "
-                         f"{r.start}–{r.start + r.reserved - 1} (prompt {spec.prompt_len} + "
-                         f"output {r.reserved - spec.prompt_len}).")
+        for req_id, held in zip(c.admitted, c.prefilled):
+            r, spec = regions.get(req_id), specs[req_id]
+            again = (f"re-admits {_r(req_id)} (its {held} tokens, prompt and output so far, "
+                     "prefilled)"
+                     if held > spec.prompt_len else f"admits {_r(req_id)}")
+            where = "" if r is None else (  # None: it finished in the same step
+                f", reserving {r.reserved} slots at {r.start}–{r.start + r.reserved - 1} "
+                f"(prompt {spec.prompt_len} + output {r.reserved - spec.prompt_len})")
+            lines.append(f"Contiguous: {again}{where}.")
         lines += _finish_lines("Contiguous", c.finished, specs)
         if c.moves or c.growths or c.admitted or c.finished or c.preempted:
             total = frame.contiguous
@@ -309,9 +174,7 @@ class UnknownEndingStory(Story[EndingFrame]):
         lines += _wait_line("Contiguous", c)
         lines += _preempt_lines("Paged", p.preempted)
         bs = self.config.pool.block_size
-        for req_id in p.admitted:
-            held = next(s.num_tokens for s in frame.snapshot.sequences
-                        if s.seq_id == frame.seq_of_request[req_id])
+        for req_id, held in zip(p.admitted, p.prefilled):
             again = "re-admits" if held > specs[req_id].prompt_len else "admits"
             lines.append(f"Paged: {again} {_r(req_id)}: {blocks_for(held, bs)} block(s) for "
                          f"its {held} tokens.")
@@ -335,7 +198,8 @@ def _wait_line(label: str, log: StepLog) -> list[str]:
     return [f"{label}: {_rs(log.waiting)} {verb}: {_r(log.waiting[0])} {log.wait_reason}."]
 
 
-def _preempt_lines(label: str, preempted: tuple[tuple[int, int, str], ...]) -> list[str]:
+def _preempt_lines(label: str,
+                   preempted: tuple[tuple[int, int | None, str], ...]) -> list[str]:
     lines = []
     for victim, needer, lacking in preempted:
         who = (f"{_r(victim)} itself, the newest running request," if victim == needer
@@ -345,8 +209,8 @@ def _preempt_lines(label: str, preempted: tuple[tuple[int, int, str], ...]) -> l
     return lines
 
 
-def _finish_lines(label: str, finished: tuple[tuple[int, int], ...],
+def _finish_lines(label: str, finished: tuple[tuple[int, int, int], ...],
                   specs: dict[int, RequestSpec]) -> list[str]:
     return [f"{label}: {_r(r)} stops after {specs[r].output_len} output tokens (only now does "
-            f"the server learn its length) and frees its {slots} slots, "
-            f"{slots - specs[r].total_len} of them never used." for r, slots in finished]
+            f"the server learn its length) and frees its {slots} slots, {slots - held} of "
+            "them never used." for r, slots, held in finished]

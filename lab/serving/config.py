@@ -43,7 +43,13 @@ class SchedulerConfig:
     max_model_len: int | None = None  # None: no limit but the pool
     preemption_mode: PreemptionMode = "recompute"  # "swap" only on vLLM V0
     allocator: AllocatorKind = "paged"
+    # contiguous only: output tokens reserved per request, grown when outgrown
+    # (lab/serving/guess_backend.py); None: prompt + max_tokens, never grown
+    contiguous_guess: int | None = None
     compute: bool = False  # real K/V tensors and the paged-attention kernel every step
+    # compute mode: check the kernel every step (False: the K/V are written, and a page
+    # checks only the step it shows, as the Triton interpreter takes ~0.5 s a check)
+    kernel_check: bool = True
     num_cpu_blocks: int = 0  # V0's swap space; 0 = as many as the device pool
     num_heads: int = 4  # query heads in compute mode (a multiple of the pool's KV heads)
     explain: bool = True  # keep the one-line decisions of every step
@@ -56,6 +62,11 @@ class SchedulerConfig:
         if self.num_heads % self.pool.num_kv_heads:
             raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of the pool's "
                              f"{self.pool.num_kv_heads} KV heads")
+        if self.contiguous_guess is not None and (
+                self.allocator != "contiguous" or self.contiguous_guess < 1):
+            raise ValueError("contiguous_guess must be a positive number of output tokens, "
+                             f"for the contiguous allocator, got {self.contiguous_guess!r} "
+                             f"for {self.allocator!r}")
         if not 0 <= self.watermark_fraction < 1:
             raise ValueError(f"watermark must be a fraction in [0, 1), got {self.watermark}")
         threshold = self.long_prefill_token_threshold

@@ -38,6 +38,7 @@ from lab.memory.block_table import blocks_for
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import Cost, attention_pairs
 from lab.serving.decisions import admitted_line, grown_line, preempted_line
+from lab.serving.guess_backend import GuessBackend
 from lab.serving.kv_backends import make_backend
 from lab.serving.request import IterationRecord, Request, RequestState, ScheduledEntry, StepDetail
 from lab.serving.running_table import RunningTable
@@ -62,7 +63,8 @@ class Scheduler:
                  cost: Cost, seed: int = 0, detail: bool = False) -> None:
         self.cfg, self.cost = config, cost
         self.v1 = config.engine == "v1"
-        self.backend = make_backend(config, seed)
+        self.backend = (GuessBackend(config, seed) if config.contiguous_guess is not None
+                        else make_backend(config, seed))
         self.pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.req_id)))
         self.rng = np.random.default_rng(seed)
         self.requests: dict[int, Request] = {}
@@ -177,7 +179,7 @@ class Scheduler:
         elif self.waiting and cfg.explain:
             self._say("no admission in this step: it preempted"
                       + (" (vLLM V1 admits nothing in a step that preempted)" if self.v1 else ""))
-        if not alloc.any():
+        if not alloc.any() and not preempted:  # a request that preempted itself runs next time
             raise SchedulerStuck(f"step {self.iteration}: nothing could run with "
                                  f"{len(self.waiting)} waiting and {len(self.swapped)} swapped")
         if self._detailed:
