@@ -25,17 +25,28 @@ st.title("Copy-on-write")
 settings_area, stage = page_parts()
 with settings_area:
     explain(
-        "Parallel sampling and beam search grow several sequences from **one prompt**. The "
-        "guide's answer, and the paper's engine (**vLLM V0**, 2023): prefill the prompt once and "
-        "**fork** it, each branch's block table pointing at the same physical blocks with a "
-        "**ref count**; only when a branch must write into a shared block that is partly filled "
-        "is **that one block** copied (copy-on-write). **vLLM V1 (0.33)** has no fork: `n > 1` "
-        "samples are separate child requests of the same prompt, and beam search "
-        "(`LLM.beam_search`) sends every beam as a new request each step. They share the "
-        "prompt's **full** blocks through the **prefix cache**; each computes its own partial "
-        "last block again. Both engines run below on the same branches, each on its own real KV "
-        "pool of the same size: compare the **blocks held** (memory) and the **tokens "
-        "computed** (compute), step by step.")
+        "Several sequences grow from **one prompt**. Left, the guide's mechanism, as the "
+        "paper's engine ran it (**vLLM V0**, 2023): **fork** the prompt's blocks (**ref "
+        "count**), and **copy** a shared, partly filled block before writing into it. Right, "
+        "**vLLM V1 (0.33)** on the same branches: separate requests sharing full blocks through "
+        "the **prefix cache**. Compare **blocks held** and **tokens computed**, step by step.")
+    with st.expander("How vLLM V1 (0.33) runs the same branches", icon=":material/info:"):
+        st.markdown(
+            "- **Parallel sampling** (`n > 1`): the front end turns the request into n child "
+            "requests of the same prompt and adds them together, so one scheduler step admits "
+            "them all. The first computes the whole prompt; V1 hashes full blocks as it "
+            "allocates them, so the others find those blocks in the **prefix cache** (ref count "
+            "+ 1) and compute only the rest: the partial last block, or the last full block "
+            "when the prompt fills its blocks exactly, since a hit never covers a request's "
+            "last token. From then on each child writes into blocks of its own.\n"
+            "- **Beam search** (`LLM.beam_search`) runs outside the engine core: each step it "
+            "sends every beam (its tokens so far) as a new request for one token, then keeps "
+            "the best candidates. A request hits its beam's full blocks in the prefix cache, "
+            "computes its partial last block again, and frees its blocks when its token is "
+            "out (full ones stay cached for the next step).\n"
+            "- Each engine runs on its own real KV pool of the size set below, through the "
+            "lab's KV cache manager; the branches and their tokens are the same seeded draws "
+            "for both.")
 
     with settings(folded=True):
         left, middle, right = st.columns(3)
@@ -107,7 +118,7 @@ def engine_column(title: str, frame: BranchFrame, v1: bool, step: int) -> None:
               delta=f"{view.blocks_used - other.blocks_used:+d} vs {'V0' if v1 else 'V1'}",
               delta_color="inverse" if view.blocks_used != other.blocks_used else "off",
               help="Physical blocks with ref count > 0 in this engine's pool.")
-    m2.metric(f"Tokens computed ({tag})", view.total_computed,
+    m2.metric(f"Computed ({tag})", view.total_computed,
               delta=f"+{view.computed} this step", delta_color="off",
               help="Tokens whose K/V this engine computed so far (a prefill computes every "
                    "prompt token it did not find in the prefix cache).")
@@ -116,14 +127,15 @@ def engine_column(title: str, frame: BranchFrame, v1: bool, step: int) -> None:
                   help="Of the tokens computed, those whose K/V had been computed before (by "
                        "another request, or by this beam's request at an earlier step).")
     else:
-        m3.metric("Block copies (V0)", view.total_copies,
+        m3.metric("Copies (V0)", view.total_copies,
                   help="Copy-on-write copies so far: one block each time a fork wrote into a "
                        "shared, partly filled block.")
     copied = sorted({b for e in view.events if e.kind == "copy"
                      for b in (e.detail["src"], e.detail["dst"])})
-    show_figure(pool_grid(view.snapshot, view.names, highlight=copied, columns=8,
-                          title=f"{tag} KV pool (×n: n block tables share it)"),
-                key=f"cow_pool_{tag.lower()}", file_name=f"kv_pool_{tag.lower()}", main=not v1)
+    snapshot, names = view.by_branch()
+    show_figure(pool_grid(snapshot, names, highlight=copied, columns=8,
+                          title=f"{tag} KV pool"),
+                key=f"cow_pool_{tag.lower()}", file_name=f"kv_pool_{tag.lower()}", main=True)
 
 
 def show_step(step: int) -> None:
@@ -162,7 +174,7 @@ def show_step(step: int) -> None:
         st.caption("The badge checks the Triton kernel against dense attention for every token "
                    "either engine computed at this step, over its K/V through its block table.")
     with parts.after, held_back(hold, "the run so far", key="cow_after"):
-        st.markdown(legend_markdown(frame.v0.snapshot, frame.v0.names) + " &nbsp; red "
+        st.markdown(legend_markdown(*frame.v0.by_branch()) + " &nbsp; red "
                     "outline: a copy at this step (the shared source and its new copy)",
                     unsafe_allow_html=True)
         show_figure(memory_figure(list(all_frames), step), key="cow_memory",
@@ -170,7 +182,7 @@ def show_step(step: int) -> None:
         with st.expander("Block tables of both engines at this step"):
             for tag, view in (("V0", frame.v0), ("V1", frame.v1)):
                 if view.snapshot.sequences:
-                    show_figure(block_table_figure(view.snapshot, view.names,
+                    show_figure(block_table_figure(*view.by_branch(),
                                                    title=f"{tag} block tables"),
                                 key=f"cow_tables_{tag.lower()}", file_name=f"tables_{tag}")
                 else:

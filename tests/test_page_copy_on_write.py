@@ -16,10 +16,10 @@ DEFAULT_SETTING = "n4_p30_t12_b16_k32_s0"
 
 def expected(frame) -> dict[str, str]:
     return {"Blocks held (V0)": str(frame.v0.blocks_used),
-            "Tokens computed (V0)": str(frame.v0.total_computed),
-            "Block copies (V0)": str(frame.v0.total_copies),
+            "Computed (V0)": str(frame.v0.total_computed),
+            "Copies (V0)": str(frame.v0.total_copies),
             "Blocks held (V1)": str(frame.v1.blocks_used),
-            "Tokens computed (V1)": str(frame.v1.total_computed),
+            "Computed (V1)": str(frame.v1.total_computed),
             "Recomputed (V1)": str(frame.v1.total_recomputed)}
 
 

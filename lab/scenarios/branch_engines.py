@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kernels.reference import AttentionCheck
 from lab.memory.cache_manager import KVCacheManager
@@ -47,7 +47,7 @@ class EngineView:
 
     snapshot: Snapshot
     events: tuple[Event, ...]  # in the order they happened
-    names: dict[int, str]  # every sequence (request) id so far -> its branch's name
+    branches: dict[int, int]  # every sequence (request) id so far -> its branch
     blocks_used: int  # physical blocks held (ref count > 0)
     computed: int  # tokens whose K/V this step computed
     recomputed: int  # of those, tokens whose K/V had been computed before
@@ -55,6 +55,21 @@ class EngineView:
     total_computed: int
     total_recomputed: int
     total_copies: int
+
+    @property
+    def names(self) -> dict[int, str]:
+        """Sequence (request) id -> its branch's name."""
+        return {s: branch_name(b) for s, b in self.branches.items()}
+
+    def by_branch(self) -> tuple[Snapshot, dict[int, str]]:
+        """The pool with each sequence named by its branch (V1 sends a beam as a new request
+        each step: drawn as its branch, it keeps one row and one colour beside V0's)."""
+        snap, of = self.snapshot, self.branches
+        sequences = sorted((replace(s, seq_id=of[s.seq_id], parent_id=None)
+                            for s in snap.sequences), key=lambda s: s.seq_id)
+        blocks = tuple(replace(b, owners=tuple(of[o] for o in b.owners)) for b in snap.blocks)
+        return (replace(snap, blocks=blocks, sequences=tuple(sequences)),
+                {of[s.seq_id]: branch_name(of[s.seq_id]) for s in snap.sequences})
 
 
 @dataclass(frozen=True)
@@ -77,7 +92,7 @@ class BranchEngine:
         self.manager = KVCacheManager(pool, enable_prefix_cache=prefix_cache, store_kv=store_kv)
         self.kv = SyntheticKV(pool, seed) if store_kv else None
         self.branch_of: dict[int, int] = {}  # live sequence id -> branch
-        self.names: dict[int, str] = {}  # every sequence id so far -> its branch's name
+        self.branches: dict[int, int] = {}  # every sequence id so far -> its branch
         self._seen: set[int] = set()  # prefixes whose last token's K/V was computed
         self._now: dict[int, int] = {}  # sequence id -> tokens it computed at this step
         self._start = self._recomputed = 0
@@ -104,14 +119,14 @@ class BranchEngine:
         recomputed = self._recomputed
         self.total_computed += computed
         self.total_recomputed += recomputed
-        return EngineView(self.manager.snapshot(), events, dict(self.names),
+        return EngineView(self.manager.snapshot(), events, dict(self.branches),
                           self.manager.blocks.num_used, computed, recomputed,
                           tuple(self._admitted), self.total_computed, self.total_recomputed,
                           self.total_copies)
 
     def _hold(self, seq_id: int, branch: int) -> None:
         self.branch_of[seq_id] = branch
-        self.names[seq_id] = branch_name(branch)
+        self.branches[seq_id] = branch
 
     def _compute(self, seq_id: int, start: int) -> None:
         """The K/V of positions [start, len) of a sequence is computed at this step."""
