@@ -108,33 +108,36 @@ def compute_question() -> Question:
 QUESTIONS = [(copies_question() if mode == "parallel" else compute_question(), 1)]
 
 
-def engine_column(title: str, frame: BranchFrame, v1: bool, step: int) -> None:
-    view = frame.v1 if v1 else frame.v0
-    other = frame.v0 if v1 else frame.v1
-    st.markdown(f"**{title}**")
+def counters(frame: BranchFrame, v1: bool) -> None:
+    view, other = (frame.v1, frame.v0) if v1 else (frame.v0, frame.v1)
+    tag, other_tag = ("V1", "V0") if v1 else ("V0", "V1")
     m1, m2, m3 = st.columns(3)
-    tag = "V1" if v1 else "V0"
+    more = view.blocks_used - other.blocks_used
     m1.metric(f"Blocks held ({tag})", view.blocks_used,
-              delta=f"{view.blocks_used - other.blocks_used:+d} vs {'V0' if v1 else 'V1'}",
-              delta_color="inverse" if view.blocks_used != other.blocks_used else "off",
+              delta=f"{more:+d} vs {other_tag}" if more else f"as many as {other_tag}",
+              delta_color="inverse" if more else "off", delta_arrow="auto" if more else "off",
               help="Physical blocks with ref count > 0 in this engine's pool.")
     m2.metric(f"Computed ({tag})", view.total_computed,
-              delta=f"+{view.computed} this step", delta_color="off",
+              delta=f"+{view.computed} this step", delta_color="off", delta_arrow="off",
               help="Tokens whose K/V this engine computed so far (a prefill computes every "
                    "prompt token it did not find in the prefix cache).")
     if v1:
-        m3.metric("Recomputed (V1)", view.total_recomputed,
-                  help="Of the tokens computed, those whose K/V had been computed before (by "
+        m3.metric("Recomputed", view.total_recomputed,
+                  help="Of the tokens V1 computed, those whose K/V had been computed before (by "
                        "another request, or by this beam's request at an earlier step).")
     else:
-        m3.metric("Copies (V0)", view.total_copies,
+        m3.metric("Copies", view.total_copies,
                   help="Copy-on-write copies so far: one block each time a fork wrote into a "
                        "shared, partly filled block.")
+
+
+def pool(frame: BranchFrame, v1: bool) -> None:
+    view, tag = (frame.v1, "V1") if v1 else (frame.v0, "V0")
+    st.markdown(f"**{V1_TITLE if v1 else V0_TITLE}**")
     copied = sorted({b for e in view.events if e.kind == "copy"
                      for b in (e.detail["src"], e.detail["dst"])})
     snapshot, names = view.by_branch()
-    show_figure(pool_grid(snapshot, names, highlight=copied, columns=8,
-                          title=f"{tag} KV pool"),
+    show_figure(pool_grid(snapshot, names, highlight=copied, columns=8, title=f"{tag} KV pool"),
                 key=f"cow_pool_{tag.lower()}", file_name=f"kv_pool_{tag.lower()}", main=True)
 
 
@@ -147,26 +150,23 @@ def show_step(step: int) -> None:
         for question in questions.due:
             question.ask()
     hold = not questions.hold
-    with parts.main, held_back(hold, "the pools and counters", key="cow_pool"):
+    with parts.main, held_back(hold, "the pools", key="cow_pool"):
         st.caption(f"Step {step} of {last} · live branches: "
                    + (", ".join(f"B{b}" for b in frame.live) or "none"))
-        left, right = st.columns(2, gap="medium")
-        with left:
-            engine_column(V0_TITLE, frame, False, step)
-        with right:
-            engine_column(V1_TITLE, frame, True, step)
+        for column, v1 in zip(st.columns(2, gap="medium"), (False, True)):
+            with column:
+                pool(frame, v1)
     lines0 = v0_lines(frame.v0, frame, mode) or ["Nothing allocated, copied or freed: every "
                                                  "branch writes into its own block."]
     lines1 = v1_lines(frame.v1, frame, mode) or ["Nothing allocated or freed: every request "
                                                  "writes into its own block."]
-    with parts.before, held_back(hold, "what this step did", key="cow_caption"):
-        left, right = st.columns(2, gap="medium")
-        with left:
-            st.markdown(f"**V0 at step {step}**")
-            bullets(lines0)
-        with right:
-            st.markdown(f"**V1 at step {step}**")
-            bullets(lines1)
+    with parts.before, held_back(hold, "the counters and what this step did",
+                                 key="cow_caption"):
+        for column, v1, lines in zip(st.columns(2, gap="medium"), (False, True), (lines0, lines1)):
+            with column:
+                counters(frame, v1)
+                st.markdown(f"**{'V1' if v1 else 'V0'} at step {step}**")
+                bullets(lines)
         announce(step, "what it did is held back until you answer the question on the page."
                  if questions.hold else " ".join(["V0:", *lines0, "V1:", *lines1]))
         live_badge(story, step, last, idle="Neither engine computes anything at this step: no "

@@ -132,10 +132,11 @@ def v1_lines(view: EngineView, frame: BranchFrame, mode: str) -> list[str]:
     if mode == "beam" and frame.step > 0 and not view.admitted:
         lines.append("The search has its final beams: vLLM sends no request at this step (a "
                      "beam's last token needs no forward pass)." if frame.v0.computed else
-                     "Only the best beam is kept: the search's requests have all ended, "
+                     "This story keeps only the best beam (`LLM.beam_search` returns the "
+                     "best beam-width sequences, ranked): the search's requests have all ended, "
                      "nothing in the engine changes." if frame.live else
-                     "The best beam is returned as the answer: no request of the search is "
-                     "left in the engine.")
+                     "The best beam is the answer: no request of the search is left in the "
+                     "engine.")
     return lines
 
 
