@@ -151,8 +151,6 @@ def show_step(step: int) -> None:
             question.ask()
     hold = not questions.hold
     with parts.main, held_back(hold, "the pools", key="cow_pool"):
-        st.caption(f"Step {step} of {last} · live branches: "
-                   + (", ".join(f"B{b}" for b in frame.live) or "none"))
         for column, v1 in zip(st.columns(2, gap="medium"), (False, True)):
             with column:
                 pool(frame, v1)
@@ -165,7 +163,8 @@ def show_step(step: int) -> None:
         for column, v1, lines in zip(st.columns(2, gap="medium"), (False, True), (lines0, lines1)):
             with column:
                 counters(frame, v1)
-                st.markdown(f"**{'V1' if v1 else 'V0'} at step {step}**")
+                st.markdown(f"**{'V1' if v1 else 'V0'} at step {step}** · live branches: "
+                            + (", ".join(f"B{b}" for b in frame.live) or "none"))
                 bullets(lines)
         announce(step, "what it did is held back until you answer the question on the page."
                  if questions.hold else " ".join(["V0:", *lines0, "V1:", *lines1]))

@@ -91,7 +91,7 @@ class BranchEngine:
     def __init__(self, pool: PoolConfig, seed: int, store_kv: bool, prefix_cache: bool) -> None:
         self.manager = KVCacheManager(pool, enable_prefix_cache=prefix_cache, store_kv=store_kv)
         self.kv = SyntheticKV(pool, seed) if store_kv else None
-        self.branch_of: dict[int, int] = {}  # live sequence id -> branch
+        self.live: dict[int, int] = {}  # live sequence (request) id -> its branch
         self.branches: dict[int, int] = {}  # every sequence id so far -> its branch
         self._seen: set[int] = set()  # prefixes whose last token's K/V was computed
         self._now: dict[int, int] = {}  # sequence id -> tokens it computed at this step
@@ -125,7 +125,7 @@ class BranchEngine:
                           self.total_copies)
 
     def _hold(self, seq_id: int, branch: int) -> None:
-        self.branch_of[seq_id] = branch
+        self.live[seq_id] = branch
         self.branches[seq_id] = branch
 
     def _compute(self, seq_id: int, start: int) -> None:
@@ -151,7 +151,7 @@ class BranchEngine:
 
     def _free(self, seq_id: int) -> None:
         self.manager.free(seq_id)
-        del self.branch_of[seq_id]
+        del self.live[seq_id]
 
     def check_attention(self) -> AttentionCheck | None:
         """Kernel vs dense attention for what this step computed: each sequence's new tokens
@@ -184,7 +184,7 @@ class ForkEngine(BranchEngine):
             child = self.manager.fork(parent)
             assert child.seq_id == branch, (child.seq_id, branch)  # sequence id = branch
             self._hold(branch, branch)
-        self._append(step.tokens, {b: b for b in self.branch_of})
+        self._append(step.tokens, {b: b for b in self.live})
         for branch in step.ended:
             self._free(branch)
 
@@ -218,13 +218,13 @@ class ChildRequestEngine(BranchEngine):
                 for branch in [0, *(b for b, _ in step.forks)]:
                     self._admit(branch)
             else:
-                self._append(step.tokens, {b: s for s, b in self.branch_of.items()})
-            for seq_id in [s for s, b in self.branch_of.items() if b in step.ended]:
+                self._append(step.tokens, {b: s for s, b in self.live.items()})
+            for seq_id in [s for s, b in self.live.items() if b in step.ended]:
                 self._free(seq_id)
             return
         # Beam search: last step's one-token requests have finished; this step's beams are
         # sent as new requests (unless the search needs no more tokens).
-        for seq_id in list(self.branch_of):
+        for seq_id in list(self.live):
             self._free(seq_id)
         for branch in step.ended:
             del self.tokens[branch]
