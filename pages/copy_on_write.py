@@ -34,7 +34,8 @@ with settings_area:
         st.markdown(
             "- **Parallel sampling** (`n > 1`): the front end turns the request into n child "
             "requests of the same prompt and adds them together, so one scheduler step admits "
-            "them all. The first computes the whole prompt; V1 hashes full blocks as it "
+            "them all (when the token budget and `max_num_seqs` allow, as here). The first "
+            "computes the whole prompt (the cache starts empty here); V1 hashes full blocks as it "
             "allocates them, so the others find those blocks in the **prefix cache** (ref count "
             "+ 1) and compute only the rest: the partial last block, or the last full block "
             "when the prompt fills its blocks exactly, since a hit never covers a request's "

@@ -151,7 +151,8 @@ def _admission_lines(view: EngineView, mode: str) -> list[str]:
     tables = {s.seq_id: s.block_table for s in view.snapshot.sequences}
     count, block_size = len(view.admitted), view.snapshot.block_size
     lines = [f"The {count} samples are {count} separate child requests of one prompt, added "
-             "together and scheduled in one step." if mode == "parallel" else
+             "together and scheduled in one step (the token budget allows it here)."
+             if mode == "parallel" else
              f"The search sends its {count} beam(s) as {count} new request(s), each with its "
              "tokens so far and max_tokens=1."]
     for a in view.admitted:
