@@ -163,7 +163,9 @@ def _admission_lines(view: EngineView, mode: str) -> list[str]:
             lines.append(f"{name} finds block(s) {_ids(table[:hit])} in the prefix cache "
                          f"({a.hit_tokens} tokens, ref count + 1) and computes its other "
                          f"{a.computed} token(s) into block(s) {_ids(table[hit:])} of its own: "
-                         f"{_again(a)}.")
+                         f"{_again(a)}" + ("; its last block is full, and a hit never covers a "
+                                           "request's last token."
+                                           if a.computed == block_size else "."))
         else:
             lines.append(f"{name} finds nothing cached: it computes all {a.computed} tokens "
                          f"into new block(s) {_ids(table)}. V1 hashes full blocks as it "
