@@ -124,11 +124,12 @@ def v1_children(prompt_len: int, cached: int) -> str:
     the last prompt token) and computing the rest again."""
     hit = (prompt_len - 1) // block_size * block_size
     again = prompt_len - hit
+    others = "the second finds" if n == 2 else f"the other {n - 1} find"
+    each = "" if n == 2 else "each "
     return (f"vLLM V1 (0.33) would run {n} child requests instead: the first computes the "
-            f"prompt ({prompt_len - cached} tokens); the other {n - 1} find its "
-            f"{hit // block_size} full block(s) in the prefix cache and each computes the last "
-            f"{again} prompt token(s) again in a block of its own ({(n - 1) * again} tokens "
-            "recomputed, no copy).")
+            f"prompt ({prompt_len - cached} tokens); {others} its {hit // block_size} full "
+            f"block(s) in the prefix cache and {each}computes the last {again} prompt token(s) "
+            f"again in a block of its own ({(n - 1) * again} tokens recomputed, no copy).")
 
 
 def run_request(user_question: str, slot) -> bool:

@@ -30,7 +30,9 @@ def test_generate_then_second_request_reuses_the_system_prompt() -> None:
     prompt = int(metric(at, "Prompt tokens"))
     again = prompt - (prompt - 1) // 16 * 16
     assert ("vLLM V1 (0.33) would run 2 child requests instead" in copy_note
-            and f"each computes the last {again} prompt token(s) again" in copy_note)
+            and f"the second finds its {prompt // 16 if prompt % 16 else prompt // 16 - 1} full "
+            f"block(s) in the prefix cache and computes the last {again} prompt token(s) "
+            "again" in copy_note)
     texts = [m.value for m in at.markdown if m.value.startswith("**sample")]
     assert len(texts) == 2
     at.button(key="model_second").click().run()
