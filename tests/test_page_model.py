@@ -25,13 +25,31 @@ def test_generate_then_second_request_reuses_the_system_prompt() -> None:
     assert not at.exception
     assert metric(at, "Same as dense cache") == "yes"
     assert metric(at, "Reused from prefix cache") == "0"
-    assert any("Copy-on-write" in i.value for i in at.info)  # two samples, one partial block
+    copy_note = next(i.value for i in at.info if "Copy-on-write" in i.value)  # one partial block
+    assert "(vLLM V0's mechanism)" in copy_note
+    prompt = int(metric(at, "Prompt tokens"))
+    again = prompt - (prompt - 1) // 16 * 16
+    assert ("vLLM V1 (0.33) would run 2 child requests instead" in copy_note
+            and f"the second finds its {prompt // 16 if prompt % 16 else prompt // 16 - 1} full "
+            f"block(s) in the prefix cache and computes the last {again} prompt token(s) "
+            "again" in copy_note)
     texts = [m.value for m in at.markdown if m.value.startswith("**sample")]
     assert len(texts) == 2
     at.button(key="model_second").click().run()
     assert not at.exception
     assert int(metric(at, "Reused from prefix cache")) >= 16  # the system prompt's full blocks
     assert metric(at, "Same as dense cache") == "yes"
+
+
+def test_an_answer_shows_its_end_of_turn_token_in_words() -> None:
+    at = AppTest.from_file(PAGE, default_timeout=240)
+    at.query_params.update({"model_max_new": "16"})
+    at.run()
+    at.button(key="model_generate").click().run()
+    assert not at.exception
+    (answer,) = [m.value for m in at.markdown if m.value.startswith("**sample")]
+    assert "Paris" in answer and "⟨end of turn⟩" in answer
+    assert "im_end" not in answer
 
 
 def test_a_request_too_big_for_the_pool_gets_a_clear_message() -> None:

@@ -1,4 +1,5 @@
-"""Text generation over any KV cache: prefill, fork into n samples, then decode step by step.
+"""Text generation over any KV cache: prefill, fork into n samples (vLLM V0's way), then decode
+step by step.
 
 The loop is the same for the dense baseline (lab/dense_cache.py) and the paged cache
 (lab/paged_generation.py); only the `SequenceCache` differs, so their outputs can be compared
@@ -91,6 +92,10 @@ def generate(model: Transformer, cache: SequenceCache, prompt: list[int],
              params: SamplingParams, stop_ids: frozenset[int] = frozenset()
              ) -> Iterator[GenerationStep]:
     """Prefill the prompt once, fork it into params.n sequences, then decode them together.
+
+    The fork is vLLM V0's (the paper's engine, 2023) way to run n samples, the one the guide
+    teaches; vLLM V1 (0.33) adds n child requests of the prompt instead, sharing its full blocks
+    through the prefix cache (`lab.scenarios.branch_engines.ChildRequestEngine`).
 
     Every sampled token is appended to its sequence (its K/V is computed by the next step).
     A sequence stops at a stop token or after params.max_new_tokens tokens.

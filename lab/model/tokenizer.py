@@ -11,6 +11,10 @@ from __future__ import annotations
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 SPECIAL_TOKEN_TYPE = 3
+# How a special token reads on a page: what it does, not its raw name (a learner reading an
+# answer should not meet "<|im_end|>").
+SPECIAL_NAMES = {"<|im_start|>": "⟨turn starts⟩", "<|im_end|>": "⟨end of turn⟩",
+                 "<|endoftext|>": "⟨end of text⟩"}
 DEFAULT_SYSTEM_PROMPT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 
@@ -53,8 +57,12 @@ class ChatTokenizer:
         return self._bpe.decode(token_ids, skip_special_tokens=skip_special)
 
     def token_text(self, token_id: int) -> str:
-        """One token as readable text (bytes merged back into characters)."""
-        return self._bpe.decode([token_id], skip_special_tokens=False)
+        """One token as readable text (bytes merged back into characters); a special token as
+        what it marks, e.g. "⟨end of turn⟩"."""
+        text = self._bpe.decode([token_id], skip_special_tokens=False)
+        if token_id in self.special_ids:
+            return SPECIAL_NAMES.get(text, f"⟨{text.strip('<|>')}⟩")
+        return text
 
     @property
     def stop_ids(self) -> frozenset[int]:

@@ -1,29 +1,34 @@
-"""Copy-on-write scenarios: parallel sampling and beam search over one prompt.
+"""Copy-on-write scenarios: parallel sampling and beam search over one prompt, two engines.
 
-Step 0 prefills the prompt once. Parallel sampling then forks it into n branches that share
-every prompt block; each branch samples its own tokens and stops at its own length. Beam search
-keeps the `width` best (beam, next token) pairs each step: a beam chosen twice is forked, a beam
-not chosen is freed. Whenever a branch appends into a last block it shares, that one block is
-copied first (copy-on-write); full shared blocks stay shared.
+The same branches (`lab.scenarios.branches`: seeded decisions, not a model) are replayed by two
+engines on the lab's KVCacheManager, each over its own KV pool of the same size:
 
-Token choices are seeded, not sampled from a model: the allocator sees exactly the forks,
-appends and frees a real sampler would cause. With a KV pool, every token's K/V is written.
+- vLLM V0 (the paper, 2023), the guide's mechanism: step 0 prefills the prompt once and forks
+  it; whenever a branch appends into a last block it shares, that one block is copied first
+  (copy-on-write); full shared blocks stay shared; a dropped or finished branch frees its
+  references.
+- vLLM V1 (0.33): no fork and no copy. The branches are separate requests that share the
+  prompt's full blocks through the prefix cache and compute their own partial last block
+  (`lab.scenarios.branch_engines.ChildRequestEngine` says exactly how).
+
+Each frame compares memory (blocks held) and compute (tokens computed, and recomputed). With a
+KV pool, every token's K/V is written, and the kernel check covers both engines.
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kernels.reference import AttentionCheck
+import torch
+
+from kernels.reference import AttentionCheck, compare
 from lab.memory.block_table import blocks_for
-from lab.memory.cache_manager import KVCacheManager
-from lab.memory.events import Event
 from lab.memory.kv_pool import PoolConfig
-from lab.memory.snapshot import Snapshot
+from lab.scenarios.branch_engines import BranchFrame, ChildRequestEngine, ForkEngine
+from lab.scenarios.branches import beam_script, sampling_script
+from lab.scenarios.cow_captions import v0_lines, v1_lines
 from lab.scenarios.story import Story
-from lab.serving.synthetic_kv import VOCAB, SyntheticKV
 
 Mode = Literal["parallel", "beam"]
 
@@ -51,43 +56,24 @@ class BranchConfig:
                 f"{self.pool.num_blocks}: add blocks, or use fewer branches or tokens")
 
 
-@dataclass(frozen=True)
-class BranchFrame:
-    step: int
-    snapshot: Snapshot  # the pool after the step
-    events: tuple[Event, ...]  # what this step did (fork/share, copy, allocate, free, ...)
-    live: tuple[int, ...]  # live branch (sequence) ids
-    finished: tuple[int, ...]  # branches finished so far (sampling) or pruned (beam)
-    blocks_used: int  # physical blocks in use, with sharing
-    naive_blocks: int  # blocks if every live branch held a private copy of its cache
-    copies: int  # copy-on-write block copies so far
-    scores: dict[int, float]  # beam search: cumulative log-probability of each live beam
-
-
 class BranchPlay:
-    """One prompt, many branches, driven step by step on a KVCacheManager."""
+    """One prompt, many branches, both engines driven step by step."""
 
     def __init__(self, cfg: BranchConfig, seed: int, store_kv: bool = False) -> None:
         self.cfg = cfg
-        self.rng = random.Random(seed)
-        self.manager = KVCacheManager(cfg.pool, enable_prefix_cache=False, store_kv=store_kv)
-        self.kv = SyntheticKV(cfg.pool, seed) if store_kv else None
-        self.prompt = [self.rng.randrange(VOCAB) for _ in range(cfg.prompt_len)]
-        # Parallel sampling: each branch's length is fixed by the seed (unknown to the server).
-        self.lengths = [self.rng.randint(max(1, cfg.max_new_tokens // 3), cfg.max_new_tokens)
-                        for _ in range(cfg.num_branches)]
-        self.target_len: dict[int, int] = {}  # parallel sampling: seq_id -> tokens to generate
-        self.scores: dict[int, float] = {}
+        make = sampling_script if cfg.mode == "parallel" else beam_script
+        self.script = make(cfg.prompt_len, cfg.num_branches, cfg.max_new_tokens, seed)
+        prompt = self.script.prompt
+        self.v0 = ForkEngine(cfg.pool, seed, store_kv, prompt)
+        self.v1 = ChildRequestEngine(cfg.pool, seed, store_kv, prompt, beam=cfg.mode == "beam")
         self.finished: list[int] = []
-        self.copies = 0
         self.step = -1
 
     @property
     def last_step(self) -> int:
-        """Step 0 prefills; then one step per new token; beam search adds a final pruning."""
-        if self.cfg.mode == "parallel":
-            return max(self.lengths)
-        return self.cfg.max_new_tokens + 1
+        """Step 0 is the prompt's; then one step per new token; beam search adds a last one
+        that keeps only the best beam."""
+        return len(self.script.steps) - 1
 
     @property
     def done(self) -> bool:
@@ -97,107 +83,31 @@ class BranchPlay:
         if self.done:
             raise ValueError(f"the scenario ended at step {self.last_step}")
         self.step += 1
-        self.manager.events.step = self.step  # events are stamped with this step
-        start = len(self.manager.events)
-        if self.step == 0:
-            self._prefill()
-        elif self.cfg.mode == "parallel":
-            self._sample_step()
-        elif self.step <= self.cfg.max_new_tokens:
-            self._beam_step()
-        else:
-            self._keep_best()
-        events = tuple(self.manager.events.since(start))
-        self.copies += sum(e.kind == "copy" for e in events)
-        return self.frame(events)
-
-    def _prefill(self) -> None:
-        seq = self.manager.add_sequence(self.prompt)
-        if self.kv is not None:
-            keys, values = self.kv.keys_values(self.prompt, 0)  # [L, prompt_len, kv_heads, D]
-            self.manager.write(seq.seq_id, 0, keys, values)
-        else:
-            self.manager.commit(seq.seq_id, len(self.prompt))
-        self.scores[seq.seq_id] = 0.0
-        if self.cfg.mode == "parallel":  # n samples from the start, all sharing the prompt
-            branches = [seq.seq_id] + [self.manager.fork(seq.seq_id).seq_id
-                                       for _ in range(self.cfg.num_branches - 1)]
-            self.target_len = dict(zip(branches, self.lengths))
-            self.scores.update(dict.fromkeys(branches, 0.0))
-
-    def _append(self, choices: list[tuple[int, int]]) -> None:
-        """Append one token per (seq_id, token); write all their K/V in one pool write."""
-        appended = []
-        for seq_id, token in choices:
-            self.manager.append_token(seq_id, token)
-            appended.append((seq_id, len(self.manager.sequences[seq_id]) - 1, token))
-        if self.kv is not None:
-            self.kv.write_appended(self.manager, appended)
-        else:
-            for seq_id, pos, _ in appended:
-                self.manager.commit(seq_id, pos + 1)
-
-    def _finish(self, seq_id: int) -> None:
-        self.manager.free(seq_id)
-        del self.scores[seq_id]
-        self.finished.append(seq_id)
-
-    def _sample_step(self) -> None:
-        live = list(self.scores)
-        self._append([(s, self.rng.randrange(VOCAB)) for s in live])
-        for seq_id in live:
-            if len(self.manager.sequences[seq_id]) - self.cfg.prompt_len == self.target_len[seq_id]:
-                self._finish(seq_id)
-
-    def _beam_step(self) -> None:
-        """Keep the `width` best (beam, token) pairs: prune, fork, then append."""
-        width = self.cfg.num_branches
-        candidates = []
-        for seq_id in sorted(self.scores):  # each beam proposes `width` next tokens
-            for _ in range(width):
-                logprob = -self.rng.expovariate(1.0)
-                candidates.append((self.scores[seq_id] + logprob, seq_id,
-                                   self.rng.randrange(VOCAB)))
-        best = sorted(candidates, reverse=True)[:width]
-        picks: dict[int, list[tuple[float, int]]] = {}
-        for score, seq_id, token in best:
-            picks.setdefault(seq_id, []).append((score, token))
-        for seq_id in [s for s in self.scores if s not in picks]:
-            self._finish(seq_id)  # pruned: its blocks lose one reference
-        choices = []
-        for seq_id, chosen in sorted(picks.items()):
-            targets = [seq_id] + [self.manager.fork(seq_id).seq_id for _ in chosen[1:]]
-            for target, (score, token) in zip(targets, chosen):
-                self.scores[target] = score
-                choices.append((target, token))
-        self._append(choices)
-
-    def _keep_best(self) -> None:
-        best = max(self.scores, key=lambda s: (self.scores[s], -s))
-        for seq_id in [s for s in self.scores if s != best]:
-            self._finish(seq_id)
-
-    # -- reading ---------------------------------------------------------------------------
-    def frame(self, events: tuple[Event, ...] = ()) -> BranchFrame:
-        live = tuple(sorted(self.scores))
-        naive = sum(blocks_for(len(self.manager.sequences[s]), self.cfg.pool.block_size)
-                    for s in live)
-        return BranchFrame(self.step, self.manager.snapshot(), events, live,
-                           tuple(self.finished), self.manager.blocks.num_used, naive,
-                           self.copies, dict(self.scores))
+        steps = self.script.steps
+        decided = steps[self.step]
+        # Beam search sends requests at a step only if the search still needs a next token.
+        runs = self.step < self.last_step and bool(steps[self.step + 1].tokens)
+        v0 = self.v0.apply(self.step, decided)
+        v1 = self.v1.apply(self.step, decided, runs)
+        self.finished += [*decided.dropped, *decided.ended]
+        live = tuple(sorted(decided.scores))
+        sequences = self.v0.manager.sequences
+        naive = sum(blocks_for(len(sequences[b]), self.cfg.pool.block_size) for b in live)
+        return BranchFrame(self.step, v0, v1, live, tuple(self.finished), naive,
+                           dict(decided.scores))
 
     def check_attention(self) -> AttentionCheck | None:
-        """Kernel vs dense attention for every live branch's newest token."""
-        if self.kv is None or not self.scores:
-            return None
-        return self.kv.check_newest(self.manager, sorted(self.scores))
+        """Kernel vs dense attention for what both engines computed at this step."""
+        checks = [c for c in (self.v0.check_attention(), self.v1.check_attention()) if c]
+        if len(checks) < 2:
+            return checks[0] if checks else None
+        return compare(torch.cat([c.output for c in checks]),
+                       torch.cat([c.reference for c in checks]),
+                       sum(c.num_seqs for c in checks))
 
     def events(self) -> dict[str, list[dict]]:
-        return {"paged": self.manager.events.as_dicts()}
-
-
-def branch_name(seq_id: int) -> str:
-    return f"B{seq_id}"
+        return {"vllm_v0": self.v0.manager.events.as_dicts(),
+                "vllm_v1": self.v1.manager.events.as_dicts()}
 
 
 @dataclass(frozen=True)
@@ -210,48 +120,7 @@ class CopyOnWriteStory(Story[BranchFrame]):
         return BranchPlay(self.config, self.seed, store_kv)
 
     def caption(self, frame: BranchFrame) -> list[str]:
-        return _caption(frame, self.config.mode)
-
-
-def _caption(frame: BranchFrame, mode: Mode) -> list[str]:
-    """What this step did: forks, copies, new blocks, ended branches (grouped, one line each)."""
-    def who(seq_ids) -> str:
-        return ", ".join(f"**{branch_name(s)}**" for s in seq_ids)
-
-    events = frame.events
-    copied = {e.block_id for e in events if e.kind == "copy"}
-    lines = []
-    forked = list(dict.fromkeys(e.seq_id for e in events if e.kind == "share"))
-    if forked:
-        parent = {s.seq_id: s.parent_id for s in frame.snapshot.sequences}
-        lines.append(f"{who(forked)} forked from {who(dict.fromkeys(parent[s] for s in forked))}"
-                     ": each new block table points at the same blocks (ref count + 1 each), "
-                     "nothing is copied.")
-    by_src: dict[int, list] = {}
-    for e in events:
-        if e.kind == "copy":
-            by_src.setdefault(e.detail["src"], []).append(e)
-    for src, copies in by_src.items():
-        keeper = [s.seq_id for s in frame.snapshot.sequences if src in s.block_table]
-        lines.append(f"{who(e.seq_id for e in copies)} must write into shared, partly filled "
-                     f"block {src}: copy-on-write copies it to block(s) "
-                     f"**{', '.join(str(e.detail['dst']) for e in copies)}** first (one each)"
-                     + (f"; {who(keeper)} keeps block {src} and writes in place." if keeper
-                        else "."))
-    fresh = [e for e in events if e.kind == "allocate" and e.block_id not in copied]
-    if fresh:
-        why = "for the prompt" if frame.step == 0 else "because the last block was full"
-        lines.append(f"{who(dict.fromkeys(e.seq_id for e in fresh))} took new block(s) "
-                     f"{', '.join(str(e.block_id) for e in fresh)} {why}.")
-    ended = [s for s in dict.fromkeys(e.seq_id for e in events if e.kind == "free")
-             if s not in frame.live]
-    if ended:
-        released = [e.block_id for e in events if e.kind == "free" and e.seq_id in ended
-                    and e.detail["ref_count"] == 0]
-        verb = "finished" if mode == "parallel" else "dropped (not among the best beams)"
-        if mode == "beam" and not any(e.kind == "append" for e in events):
-            verb = "dropped: the search is over and only the best beam is kept"
-        freed = (f"block(s) {', '.join(map(str, released))} reach ref count 0 and return to the "
-                 "free queue" if released else "all of them are still shared, none is freed")
-        lines.append(f"{who(ended)} {verb}: each held block loses one reference; {freed}.")
-    return lines
+        """What V0 did, then what V1 did (the page shows the two side by side)."""
+        mode = self.config.mode
+        return ([f"V0: {line}" for line in v0_lines(frame.v0, frame, mode)]
+                + [f"V1: {line}" for line in v1_lines(frame.v1, frame, mode)])
