@@ -41,4 +41,4 @@ run gpu_tests 140 "${PYTEST[@]}" -m gpu tests/test_kernels_gpu.py tests/test_pag
 run device_tests 110 "${PYTEST[@]}" tests/test_paged_attention.py tests/test_cache_ops.py \
   tests/test_paged_step.py
 run aot 40 env -u TRITON_INTERPRET PAGED_LAB_AOT=1 TRITON_CACHE_DIR=/tmp/paged-lab-aot \
-  "$PY" -m kernels.aot --json "$OUT/aot.json"
+  "$PY" bench/aot.py --json "$OUT/aot.json"

@@ -1,5 +1,5 @@
 """The paged-attention kernels compiled ahead of time for an H100/H200 (sm_90) on this machine,
-GPU or not, through the wrapper's own plan and launch arguments (kernels/aot.py, run in a
+GPU or not, through the wrapper's own plan and launch arguments (bench/aot.py, run in a
 process without Triton's interpreter): what keeps GPU performance from regressing unseen.
 
 For every main config (bf16 and fp16, head_dim 64 and 128, decode and prefill, block sizes 16
@@ -28,13 +28,13 @@ pytestmark = pytest.mark.skipif(not PTXAS.exists(), reason="Triton's bundled ptx
 
 @pytest.fixture(scope="module")
 def aot(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """kernels.aot's JSON, compiled into a Triton cache inside the test's tmp dir."""
+    """bench/aot.py's JSON, compiled into a Triton cache inside the test's tmp dir."""
     tmp = tmp_path_factory.mktemp("aot")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(PAGED_LAB_AOT="1", TRITON_CACHE_DIR=str(tmp / "triton-cache"))
     out = tmp / "aot.json"
-    done = subprocess.run([sys.executable, "-m", "kernels.aot", "--json", str(out)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "aot.py"), "--json", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(out.read_text())
 

@@ -4,7 +4,7 @@ registers, spills, shared memory, how many programs fit on an SM, and how wide t
 are. tests/test_kernels_aot.py holds the kernels to these numbers, so that GPU performance
 cannot regress on a machine without a GPU.
 
-    PAGED_LAB_AOT=1 python -m kernels.aot [--json out.json]
+    PAGED_LAB_AOT=1 python bench/aot.py [--json out.json]
 
 PAGED_LAB_AOT=1 keeps kernels/backend.py from turning on Triton's interpreter (which replaces
 @triton.jit and cannot compile); such a process compiles kernels but runs none.
@@ -18,10 +18,13 @@ import io
 import json
 import re
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 import triton
@@ -31,7 +34,8 @@ from triton.compiler.compiler import make_backend
 from triton.runtime.jit import create_function_from_signature
 
 from kernels.attention_plan import H100_SMS, plan_attention
-from kernels.paged_attention import KernelCall, prepare_launch
+from kernels.launch import KernelCall
+from kernels.paged_attention import prepare_launch
 from kernels.paged_inputs import check_paged_inputs
 
 HOPPER = GPUTarget("cuda", 90, 32)
