@@ -6,7 +6,10 @@ served by one pass over the cache. It walks the sequence's keys a tile of positi
 each key's logical block (pos // block_size) is looked up in the sequence's block-table row to
 find the physical block, and K and V are loaded from there. An online softmax in float32
 (kernels/online_softmax.py) combines the tiles. Causal: the i-th of a sequence's q new tokens
-sits at position seq_len - q + i and sees positions up to its own.
+sits at position seq_len - q + i and sees positions up to its own; a sliding-window or chunked
+local layer sees fewer (kernels/paged_inputs.py states vLLM's rule), and the program then
+starts at the block holding its first token's first visible key: it never reads a block, nor a
+block-table entry, that none of its tokens can see (vLLM's null block sits there).
 
 Flash-decoding: when these programs would leave the GPU part idle, or one long context would
 outlast the rest, each tile's context is split across grid z, every split writes its partial
@@ -61,12 +64,21 @@ def _find_tile(query_start_loc_ptr, pid, num_seqs, BLOCK_Q: tl.constexpr,
     return seq, first_q
 
 
-@triton.jit(do_not_specialize=["stride_bt", "num_seqs", "num_tokens", "num_splits"])
+@triton.jit
+def _first_visible_key(position, sliding_window, chunk):
+    """The first key a query at `position` sees (kernels/paged_inputs.py: first_visible_key);
+    a limit that is NO_LIMIT reaches back to position 0."""
+    return tl.maximum(tl.maximum(position - sliding_window + 1, position // chunk * chunk), 0)
+
+
+@triton.jit(do_not_specialize=["stride_bt", "num_seqs", "num_tokens", "num_splits",
+                               "sliding_window", "chunk"])
 def _paged_attention_kernel(
     out_ptr, query_ptr, key_cache_ptr, value_cache_ptr,
     block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
     partial_out_ptr, partial_m_ptr, partial_l_ptr, partial_used_ptr,  # used if SPLIT
     qk_scale,  # softmax scale * log2(e): the kernel works in base 2
+    sliding_window, chunk,  # used if LOCAL: the keys a query sees (NO_LIMIT where none)
     stride_cb: tl.int64, stride_cs, stride_ch,  # of the caches (block, slot, KV head)
     stride_bt, num_seqs, num_tokens, num_splits,  # runtime values that change call to call
     NUM_HEADS: tl.constexpr, GROUP: tl.constexpr, HEADS_PAD: tl.constexpr,
@@ -74,6 +86,7 @@ def _paged_attention_kernel(
     BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, MIN_SPLIT_TILES: tl.constexpr,
     ONE_TILE_PER_SEQ: tl.constexpr,
     SPLIT: tl.constexpr,  # several programs share a tile's context: write partial states
+    LOCAL: tl.constexpr,  # a sliding window or chunk: rows see fewer keys
     DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
 ):
     # Per-row values are [M, 1] and per-column ones [1, D] from the start, so they broadcast
@@ -103,27 +116,33 @@ def _paged_attention_kernel(
     q_mask = row_ok & col_ok  # [M, D]
     q = tl.load(query_ptr + q_offs, mask=q_mask, other=0.0).to(DOT_DTYPE)  # [M, D]
 
-    # 2. The keys it reads: [0, kv_end), the tile's last token's and those before it. A split
-    #    (flash-decoding, grid z) covers whole tiles of them: an even share, at least
-    #    MIN_SPLIT_TILES, so a short context leaves the later splits empty.
+    # 2. The keys it reads: [kv_lo, kv_end), from the block holding the first key its first
+    #    token sees (0 without a window) to its last token. A split (flash-decoding, grid z)
+    #    covers whole tiles of them: an even share, at least MIN_SPLIT_TILES, so a short
+    #    context leaves the later splits empty.
     kv_end = context_len + tl.minimum(first_q + BLOCK_Q, q_len)
     kv_lo = 0
+    if LOCAL:  # a row sees [first_key, last_key], the tile from its first row's first block
+        first_key = _first_visible_key(last_key, sliding_window, chunk)  # [M, 1]
+        kv_lo = _first_visible_key(context_len + first_q, sliding_window, chunk)
+        kv_lo = kv_lo // BLOCK_SIZE * BLOCK_SIZE
     kv_hi = kv_end
     if SPLIT:
-        chunk = tl.maximum(((kv_end + TILE_N - 1) // TILE_N + num_splits - 1) // num_splits,
-                           MIN_SPLIT_TILES) * TILE_N
-        kv_lo = tl.program_id(2) * chunk
-        if kv_lo >= kv_end:  # a split past this tile's context
-            return
-        kv_hi = tl.minimum(kv_lo + chunk, kv_end)
+        share = tl.maximum(((kv_end - kv_lo + TILE_N - 1) // TILE_N + num_splits - 1)
+                           // num_splits, MIN_SPLIT_TILES) * TILE_N
         if tl.program_id(2) == 0:  # how many splits the merge combines, for each row
             tl.store(partial_used_ptr + token * NUM_HEADS + head,
-                     (token * 0 + (kv_end + chunk - 1) // chunk).to(tl.int32), mask=row_ok)
+                     (token * 0 + (kv_end - kv_lo + share - 1) // share).to(tl.int32),
+                     mask=row_ok)
+        kv_lo += tl.program_id(2) * share
+        if kv_lo >= kv_end:  # a split past this tile's keys
+            return
+        kv_hi = tl.minimum(kv_lo + share, kv_end)
 
     # 3. A tile of keys at a time: look up each key's physical block in the sequence's block
     #    table row, load K and V from it, fold the tile into the online softmax. Columns past
-    #    kv_end are clamped onto the last key (so every read stays inside the table and the
-    #    cache) and masked out.
+    #    kv_end are clamped onto the last key (so every read stays inside the blocks the tile
+    #    sees) and masked out, as are the keys before a row's first.
     table_row = block_tables_ptr + seq * stride_bt
     col_offs = kv_head * stride_ch + dims  # [1, D] contiguous within a slot
     # tl.full, not tl.zeros: a builtin, where tl.zeros is a @jit helper, and the interpreter
@@ -139,8 +158,10 @@ def _paged_attention_kernel(
         offs = (physical * stride_cb + (pos % BLOCK_SIZE) * stride_cs)[:, None] + col_offs
         k = tl.load(key_cache_ptr + offs, mask=col_ok, other=0.0).to(DOT_DTYPE)  # [N, D]
         v = tl.load(value_cache_ptr + offs, mask=col_ok, other=0.0).to(DOT_DTYPE)
-        m_i, l_i, acc = attend_tile(q, k, v, cols[None, :] <= last_key, m_i, l_i, acc,
-                                    qk_scale, PRECISION)
+        visible = cols[None, :] <= last_key  # [M, N]
+        if LOCAL:
+            visible = visible & (cols[None, :] >= first_key)
+        m_i, l_i, acc = attend_tile(q, k, v, visible, m_i, l_i, acc, qk_scale, PRECISION)
 
     # 4. The output: each row's where its query came from, or a split's unnormalised state.
     if SPLIT:
@@ -190,11 +211,14 @@ def plan_call(shapes: AttentionShapes, query: torch.Tensor, block_tables: torch.
               whole_batch: bool | None = None) -> AttentionPlan:
     """The plan for a call on these tensors (kernels/attention_plan.py). whole_batch None
     chooses it for the interpreter, where each program and each op costs Python time; a GPU
-    wants many small programs. The whole-batch layout reads the block tables (a host sync)."""
+    wants many small programs. The whole-batch layout reads the block tables (a host sync).
+    A local attention layer's rows do not all see a shared prefix (its blocks leave the window),
+    so the whole-batch layout then lays out every sequence's keys on their own."""
     compiled = query.is_cuda
     if whole_batch is None:
         whole_batch = not compiled and not num_splits
-    shared = shared_prefix_len(block_tables, seq_lens, shapes.block_size) if whole_batch else 0
+    shared = (shared_prefix_len(block_tables, seq_lens, shapes.block_size)
+              if whole_batch and not shapes.local else 0)
     return plan_attention(shapes, query.dtype, compiled,
                           _sm_count(query.device) if compiled else 0, whole_batch, num_splits,
                           shared)
@@ -228,14 +252,14 @@ def prepare_launch(plan: AttentionPlan, shapes: AttentionShapes, query: torch.Te
         partials = (out,) * 4  # unused
     calls = [KernelCall(_paged_attention_kernel, plan.grid, (
         out, query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
-        *partials, shapes.scale * LOG2E,
+        *partials, shapes.scale * LOG2E, *shapes.limits,
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         block_tables.stride(0), shapes.num_seqs, shapes.num_tokens, plan.num_splits,
     ), dict(NUM_HEADS=shapes.num_heads, GROUP=shapes.num_heads // shapes.num_kv_heads,
             HEADS_PAD=plan.heads_pad, BLOCK_Q=plan.block_q, HEAD_DIM=shapes.head_dim,
             HEAD_PAD=plan.head_pad, BLOCK_SIZE=shapes.block_size, TILE_N=plan.tile_n,
             MIN_SPLIT_TILES=plan.min_split_tiles, ONE_TILE_PER_SEQ=plan.one_tile_per_seq,
-            SPLIT=split, DOT_DTYPE=dot_dtype(query.dtype, plan.dot_f32),
+            SPLIT=split, LOCAL=shapes.local, DOT_DTYPE=dot_dtype(query.dtype, plan.dot_f32),
             PRECISION=plan.precision, num_warps=plan.num_warps, num_stages=plan.num_stages))]
     if split:
         calls.append(KernelCall(_merge_splits_kernel, (shapes.num_tokens, shapes.num_heads, 1),
@@ -264,15 +288,21 @@ def launch_paged_attention(shapes: AttentionShapes, query: torch.Tensor, key_cac
 
 def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                     block_tables: torch.Tensor, seq_lens: torch.Tensor,
-                    query_start_loc: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+                    query_start_loc: torch.Tensor, scale: float | None = None,
+                    sliding_window: int | None = None,
+                    attention_chunk_size: int | None = None) -> torch.Tensor:
     """Causal attention of the new tokens over their sequences' paged K/V.
 
     query [num_tokens, num_heads, head_dim]; key_cache, value_cache
     [num_blocks, block_size, num_kv_heads, head_dim]; block_tables int32 [num_seqs, max_blocks];
     seq_lens int32 [num_seqs] (context including the new tokens); query_start_loc int32
     [num_seqs + 1]. Returns [num_tokens, num_heads, head_dim] in query's dtype.
+    sliding_window, attention_chunk_size: a local attention layer's limit (at most one), as
+    vLLM 0.33 applies it (kernels/paged_inputs.py); the table entries before a sequence's first
+    visible block are never read and may hold anything (vLLM's null block).
     """
     shapes = check_paged_inputs(query, key_cache, value_cache, block_tables, seq_lens,
-                                query_start_loc, scale)
+                                query_start_loc, scale, sliding_window=sliding_window,
+                                attention_chunk_size=attention_chunk_size)
     return launch_paged_attention(shapes, query, key_cache, value_cache, block_tables, seq_lens,
                                   query_start_loc)

@@ -25,7 +25,7 @@ import kernels.backend  # noqa: F401  (sets TRITON_INTERPRET before triton loads
 from kernels.attention_plan import AttentionPlan
 from kernels.launch import KernelCall, Launch
 from kernels.online_softmax import LOG2E, NEG_BIG, attend_tile, dot_dtype
-from kernels.paged_inputs import AttentionShapes
+from kernels.paged_inputs import NO_LIMIT, AttentionShapes, first_visible_key
 
 
 @triton.jit
@@ -96,13 +96,15 @@ class WholeBatchLayout:
     copies of the last row. Columns are (KV head, key) pairs: the batch's keys laid end to end
     once per KV head, one KV head after another, padded by a tile. Within a KV head's columns,
     keys that every sequence reads from the same blocks (`shared_prefix_len`) come first, once,
-    through sequence 0's table row; then each sequence's other keys. A row (sequence s, position
-    p, query head h) sees, among KV head h // group's columns, s's other keys up to p and the
-    shared keys up to p.
+    through sequence 0's table row; then each sequence's other keys, those its new tokens can
+    see. A row (sequence s, position p, query head h) sees, among KV head h // group's columns,
+    s's other keys up to p (from its window's or chunk's first, on a local attention layer) and
+    the shared keys up to p.
     """
 
     query_rows: torch.Tensor  # [rows, HEAD_PAD] row (t, h) is query[t, h], zero-padded
-    first_key: torch.Tensor  # [rows] int64: the column of the row's sequence's first other key
+    first_key: torch.Tensor  # [rows] int64: the column of the first of its sequence's other
+    #                          keys the row sees
     last_key: torch.Tensor  # [rows] int64: the row's own column (none other if < first_key)
     shared_first: torch.Tensor  # [rows] int64: the first shared column of the row's KV head
     shared_last: torch.Tensor  # [rows] int64: the last one it sees (none if < shared_first)
@@ -122,20 +124,26 @@ class WholeBatchLayout:
 def whole_batch_layout(query: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
                        query_start_loc: torch.Tensor, num_kv_heads: int, block_size: int,
                        slot_stride: int, head_stride: int, rows_per_program: int, head_pad: int,
-                       tile_n: int, shared: int = 0) -> WholeBatchLayout:
+                       tile_n: int, shared: int = 0, sliding_window: int = NO_LIMIT,
+                       chunk: int = NO_LIMIT) -> WholeBatchLayout:
     """Lay out a batch for the whole-batch programs (see WholeBatchLayout); `shared` keys of
-    every sequence are laid out once (at most `shared_prefix_len`)."""
+    every sequence are laid out once (at most `shared_prefix_len`). With a sliding window or
+    chunk (kernels/paged_inputs.py), a sequence's keys before the first one its first new token
+    sees are not laid out (their table entries may be null), and a row sees its own window."""
     device = query.device
     num_tokens, num_heads, head_dim = query.shape
     group = num_heads // num_kv_heads
     seq_lens = seq_lens.long()
     seq_ids = torch.arange(len(seq_lens), device=device)
-    skipped = shared * (seq_ids > 0)  # [num_seqs] positions sequence 0 lays out for it
+    query_lens = (query_start_loc[1:] - query_start_loc[:-1]).long()  # [num_seqs]
+    # [num_seqs] leading positions a sequence does not lay out itself: the shared ones (laid
+    # out by sequence 0), or those before its first new token's window (nobody sees them)
+    skipped = torch.maximum(shared * (seq_ids > 0),
+                            first_visible_key(seq_lens - query_lens, sliding_window, chunk))
     counts = seq_lens - skipped  # [num_seqs] columns each sequence adds, per KV head
     key_start = torch.cumsum(counts, 0) - counts  # [num_seqs] its first column
     key_seq = torch.repeat_interleave(seq_ids, counts)  # [keys]
     num_keys = len(key_seq)
-    query_lens = (query_start_loc[1:] - query_start_loc[:-1]).long()  # [num_seqs]
     token_seq = torch.repeat_interleave(seq_ids, query_lens)  # [num_tokens]
     # A token's position: its sequence's length, less the new tokens after it (itself counted).
     after = query_start_loc[1:].long()[token_seq] - torch.arange(num_tokens, device=device)
@@ -147,7 +155,9 @@ def whole_batch_layout(query: torch.Tensor, block_tables: torch.Tensor, seq_lens
     row_seq, row_pos = token_seq[row_token], position[row_token]  # [rows]
     segment = (row % num_heads) // group * num_keys  # [rows] first column of its KV head
     position_0 = segment + key_start[row_seq] - skipped[row_seq]  # [rows] where position 0 sits
-    first_key, last_key = position_0 + shared, position_0 + row_pos  # [rows]
+    row_first = torch.maximum(first_visible_key(row_pos, sliding_window, chunk),
+                              torch.tensor(shared, device=device))  # [rows] first own key
+    first_key, last_key = position_0 + row_first, position_0 + row_pos  # [rows]
     shared_last = segment + row_pos.clamp(max=shared - 1)  # [rows] (segment - 1 if no sharing)
     query_rows = F.pad(query.reshape(num_rows, head_dim),
                        (0, head_pad - head_dim, 0, padded_rows - num_rows))  # [rows, HEAD_PAD]
@@ -182,7 +192,7 @@ def whole_batch_launch(plan: AttentionPlan, shapes: AttentionShapes, query: torc
     layout = whole_batch_layout(query, block_tables, seq_lens, query_start_loc,
                                 shapes.num_kv_heads, shapes.block_size, key_cache.stride(1),
                                 key_cache.stride(2), plan.block_q, plan.head_pad, plan.tile_n,
-                                plan.shared)
+                                plan.shared, *shapes.limits)
     rows = torch.empty(layout.query_rows.shape, dtype=torch.float32,
                        device=query.device)  # [padded rows, HEAD_PAD]
     call = KernelCall(_whole_batch_kernel, plan.grid, (
