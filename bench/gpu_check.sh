@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One run on a CUDA machine (written for an H200, not yet run on one): the benchmark, the GPU
 # tests (bf16/fp16 against the float64 reference, pools past 2^31 elements, a decode step
-# captured in a CUDA graph), the kernel, cache-op and step tests on the device, and the sm_90
-# compile report.
+# captured in a CUDA graph), the kernel (full and local attention), cache-op and step tests on
+# the device, and the sm_90 compile report.
 #
 #     OUT=/tmp/gpu bash bench/gpu_check.sh
 #
@@ -38,7 +38,7 @@ print(torch.cuda.get_device_properties(0))"
 timeout 20 nvidia-smi >>"$OUT/env.txt" 2>&1
 run kernel_bench 100 "$PY" bench/kernel.py --out "$OUT/kernel.json"
 run gpu_tests 140 "${PYTEST[@]}" -m gpu tests/test_kernels_gpu.py tests/test_paged_step.py
-run device_tests 110 "${PYTEST[@]}" tests/test_paged_attention.py tests/test_cache_ops.py \
-  tests/test_paged_step.py
+run device_tests 110 "${PYTEST[@]}" tests/test_paged_attention.py tests/test_attention_windows.py \
+  tests/test_cache_ops.py tests/test_paged_step.py
 run aot 40 env -u TRITON_INTERPRET PAGED_LAB_AOT=1 TRITON_CACHE_DIR=/tmp/paged-lab-aot \
-  "$PY" -m kernels.aot --json "$OUT/aot.json"
+  "$PY" bench/aot.py --json "$OUT/aot.json"

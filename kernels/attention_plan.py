@@ -11,11 +11,12 @@ sequence). When those programs would leave the GPU part idle, or one long contex
 outlast the rest of the batch, each tile's context is split across grid z (flash-decoding) and
 a second kernel merges the splits:
 - the split count is a runtime argument, so a context growing step by step never recompiles;
-- it is chosen from the work, not only the longest context: the longest context's share per
+- it is chosen from the work, not only the longest context: the longest tile's share per
   split is about the batch's keys per resident program (CTAS_PER_SM programs on every SM),
   never under MIN_SPLIT_KEYS, so one long context among short ones is split as much as it
-  needs, and the GPU is filled 2-4 programs per SM;
-- in the kernel a split covers at least MIN_SPLIT_KEYS of its own tile's context: a short
+  needs, and the GPU is filled 2-4 programs per SM. A tile reads the keys its tokens see: its
+  context, or only the window's (or chunk's) blocks of a local attention layer;
+- in the kernel a split covers at least MIN_SPLIT_KEYS of its own tile's keys: a short
   context uses few of the splits, and the programs of the others return at once.
 
 Whole batch (the interpreter, where every program and every op costs Python time): one program
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from kernels.paged_inputs import AttentionShapes
+from kernels.paged_inputs import AttentionShapes, first_visible_key
 
 CTAS_PER_SM = 3  # resident programs an SM should get: enough loads in flight to hide latency
 MIN_SPLIT_KEYS = 256  # below this, a split's merge costs more than its parallelism gains
@@ -63,23 +64,28 @@ class AttentionPlan:
         return self.block_q * self.heads_pad
 
 
-def keys_read(shapes: AttentionShapes, block_q: int) -> int:
-    """Keys the per-sequence programs read, over every KV head: a sequence's tile t reads its
-    context and its new tokens up to the tile's last (causal)."""
-    total = 0
+def tile_keys(shapes: AttentionShapes, block_q: int) -> list[int]:
+    """Keys each per-sequence tile reads (for one KV head): from the block holding its first
+    token's first visible key to its last token (causal; all of the context without a window
+    or chunk)."""
+    window, chunk = shapes.limits
+    keys = []
     for seq_len, q_len in zip(shapes.seq_lens, shapes.query_lens):
-        tiles, context = triton.cdiv(q_len, block_q), seq_len - q_len
-        # sum over t < tiles of context + min((t + 1) * block_q, q_len)
-        total += tiles * context + block_q * tiles * (tiles - 1) // 2 + q_len
-    return total * shapes.num_kv_heads
+        context = seq_len - q_len
+        for first_q in range(0, q_len, block_q):
+            lo = first_visible_key(context + first_q, window, chunk)
+            keys.append(context + min(first_q + block_q, q_len) - lo // shapes.block_size
+                        * shapes.block_size)
+    return keys
 
 
 def choose_num_splits(shapes: AttentionShapes, block_q: int, num_sms: int) -> int:
-    """How many programs share a tile's context: the longest context's share per split is
-    about the batch's keys per resident program, never under MIN_SPLIT_KEYS."""
-    slots = CTAS_PER_SM * num_sms
-    share = max(triton.cdiv(keys_read(shapes, block_q), slots), MIN_SPLIT_KEYS)
-    return max(1, min(triton.cdiv(shapes.max_seq_len, share), MAX_SPLITS))
+    """How many programs share a tile's context: the longest tile's share per split is about
+    the batch's keys per resident program, never under MIN_SPLIT_KEYS."""
+    keys = tile_keys(shapes, block_q)
+    share = max(triton.cdiv(sum(keys) * shapes.num_kv_heads, CTAS_PER_SM * num_sms),
+                MIN_SPLIT_KEYS)
+    return max(1, min(triton.cdiv(max(keys, default=0), share), MAX_SPLITS))
 
 
 def plan_attention(shapes: AttentionShapes, dtype: torch.dtype, compiled: bool, num_sms: int = 0,
@@ -100,7 +106,7 @@ def plan_attention(shapes: AttentionShapes, dtype: torch.dtype, compiled: bool, 
     if compiled:
         max_rows = tile_n = 64 if head_pad * element <= 256 else 32
     elif whole_batch:  # a tile of columns wide enough for the batch's contexts, up to 1024
-        columns = shapes.num_kv_heads * (shapes.total_keys - shared * (shapes.num_seqs - 1))
+        columns = shapes.num_kv_heads * (shapes.visible_keys - shared * (shapes.num_seqs - 1))
         max_rows, tile_n = 256, max(16, min(1024, triton.next_power_of_2(columns)))
     else:
         max_rows, tile_n = 128, 256

@@ -19,7 +19,7 @@ import torch
 # Decided at import time, before triton can be imported by anyone else.
 _CUDA = torch.cuda.is_available() and os.environ.get("PAGED_LAB_FORCE_CPU") != "1"
 # PAGED_LAB_AOT=1: a process that only compiles the kernels for a GPU it may not have
-# (kernels/aot.py); the interpreter would replace @triton.jit with a Python function.
+# (bench/aot.py); the interpreter would replace @triton.jit with a Python function.
 _AOT = os.environ.get("PAGED_LAB_AOT") == "1"
 if not _CUDA and not _AOT:
     os.environ["TRITON_INTERPRET"] = "1"

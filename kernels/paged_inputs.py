@@ -8,6 +8,17 @@ Reading lengths and block tables back from a GPU waits for it (a host sync). A c
 already knows them on the host (the model's step: its scheduler built the tensors from Python
 lists) hands them over as a `HostBatch`, and the checks read nothing from the device: a step
 validates once, then launches every layer without a sync (and can be captured in a CUDA graph).
+
+Which keys a query sees, as vLLM 0.33 computes them. Causal attention: the query at position p
+sees the keys at positions [0, p]. A layer of one of two local kinds sees fewer:
+- a sliding window W (gpt-oss, Gemma-3): (p - W, p], the last W positions, its own included.
+  vLLM's attention backends pass FlashAttention the window (W - 1, 0), and its sliding-window
+  KV cache manager drops the first c - W + 1 tokens once c are computed;
+- chunked local attention with chunk C (Llama-4's attention_chunk_size): [p // C * C, p], the
+  keys of its own chunk up to itself; vLLM drops every token before c // C * C.
+The block-table entries of a sequence that hold no key its first new token (the one at
+seq_len - q) can see are not used: vLLM puts its null block there (the traces write -1), and
+neither the checks nor the kernels read them.
 """
 
 from __future__ import annotations
@@ -19,6 +30,17 @@ import torch
 from kernels.backend import backend
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+NO_LIMIT = 2**31 - 1  # a window or chunk no position reaches: every key since position 0
+
+
+def first_visible_key(position: int | torch.Tensor, sliding_window: int = NO_LIMIT,
+                      chunk: int = NO_LIMIT) -> int | torch.Tensor:
+    """The first key position a query at `position` sees (an int, or an int64 tensor of them),
+    for a sliding window or chunk (NO_LIMIT: none); it sees every key from there to its own."""
+    in_window, in_chunk = position - sliding_window + 1, position // chunk * chunk
+    if isinstance(position, torch.Tensor):
+        return torch.maximum(in_window, in_chunk).clamp(min=0)
+    return max(in_window, in_chunk, 0)
 
 
 @dataclass(frozen=True)
@@ -34,18 +56,33 @@ class AttentionShapes:
     seq_lens: tuple[int, ...]  # context per sequence, its new tokens included
     query_lens: tuple[int, ...]  # new tokens per sequence
     scale: float
+    sliding_window: int | None = None  # a query sees the last W positions (see above)
+    attention_chunk_size: int | None = None  # a query sees its chunk up to itself
 
     @property
     def max_query_len(self) -> int:
         return max(self.query_lens, default=0)
 
     @property
-    def max_seq_len(self) -> int:
-        return max(self.seq_lens, default=0)
+    def local(self) -> bool:
+        """A sliding window or chunked local attention: some queries see fewer keys."""
+        return self.sliding_window is not None or self.attention_chunk_size is not None
 
     @property
-    def total_keys(self) -> int:
-        return sum(self.seq_lens)
+    def limits(self) -> tuple[int, int]:
+        """(sliding window, chunk) with NO_LIMIT where there is none, as the kernels take them."""
+        return self.sliding_window or NO_LIMIT, self.attention_chunk_size or NO_LIMIT
+
+    def first_keys(self) -> tuple[int, ...]:
+        """Per sequence, the first key position its first new token sees: the keys before it
+        are not read (their block-table entries may be null)."""
+        return tuple(first_visible_key(s - q, *self.limits)
+                     for s, q in zip(self.seq_lens, self.query_lens))
+
+    @property
+    def visible_keys(self) -> int:
+        """Keys the batch's new tokens see, over every sequence: the keys a kernel may read."""
+        return sum(self.seq_lens) - sum(self.first_keys())
 
 
 @dataclass(frozen=True)
@@ -61,9 +98,14 @@ class HostBatch:
 
     @classmethod
     def from_tables(cls, seq_lens: list[int], query_lens: list[int], block_size: int,
-                    tables: list[list[int]]) -> HostBatch:
-        """From each sequence's block table (physical ids, at least its used entries)."""
-        used = [b for table, n in zip(tables, seq_lens) for b in table[:-(-n // block_size)]]
+                    tables: list[list[int]], sliding_window: int | None = None,
+                    attention_chunk_size: int | None = None) -> HostBatch:
+        """From each sequence's block table (physical ids, at least its used entries: those
+        from its first new token's first visible key on, see `first_visible_key`)."""
+        limits = (sliding_window or NO_LIMIT, attention_chunk_size or NO_LIMIT)
+        used = [b for table, n, q in zip(tables, seq_lens, query_lens)
+                for b in table[first_visible_key(n - q, *limits) // block_size:
+                               -(-n // block_size)]]
         return cls(tuple(seq_lens), tuple(query_lens), min(used, default=0),
                    max(used, default=-1))
 
@@ -83,15 +125,28 @@ def _check_tensor(name: str, t: object, ndim: int, dtypes: tuple[torch.dtype, ..
         raise _fail(name, "last dimension must be contiguous (stride 1)")
 
 
+def _check_limit(name: str, value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                              or not 1 <= value < NO_LIMIT):
+        raise _fail(name, f"must be None or a whole number of positions >= 1, got {value!r}")
+
+
 def check_paged_inputs(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                        block_tables: torch.Tensor, seq_lens: torch.Tensor,
                        query_start_loc: torch.Tensor, scale: float | None = None,
-                       host: HostBatch | None = None) -> AttentionShapes:
+                       host: HostBatch | None = None, sliding_window: int | None = None,
+                       attention_chunk_size: int | None = None) -> AttentionShapes:
     """Validate a paged-attention call; raise ValueError naming the bad argument.
 
     host: the lengths and block ids, known to the caller, so that nothing is read back from
     the device; None reads them from seq_lens, query_start_loc and block_tables.
+    sliding_window, attention_chunk_size: a local attention layer's limit (at most one; see
+    the module's docstring); the entries before a sequence's first visible block are unused.
     """
+    _check_limit("sliding_window", sliding_window)
+    _check_limit("attention_chunk_size", attention_chunk_size)
+    if sliding_window is not None and attention_chunk_size is not None:
+        raise _fail("sliding_window", "a layer has a sliding window or a chunk, not both")
     _check_tensor("query", query, 3, FLOAT_DTYPES)
     for name, t in (("key_cache", key_cache), ("value_cache", value_cache)):
         _check_tensor(name, t, 4, FLOAT_DTYPES)
@@ -148,6 +203,13 @@ def check_paged_inputs(query: torch.Tensor, key_cache: torch.Tensor, value_cache
         i = short[0]
         raise _fail("seq_lens", f"sequence {i} has seq_len {lens[i]} < its {query_lens[i]} "
                     "new tokens")
+    if scale is None:
+        scale = head_dim ** -0.5
+    elif not isinstance(scale, (int, float)) or not (0 < abs(float(scale)) < float("inf")):
+        raise _fail("scale", f"must be a finite non-zero number, got {scale!r}")
+    shapes = AttentionShapes(num_tokens, num_heads, num_kv_heads, head_dim, num_seqs,
+                             block_size, tuple(lens), tuple(query_lens), float(scale),
+                             sliding_window, attention_chunk_size)
     blocks_needed = [-(-s // block_size) for s in lens]
     if max(blocks_needed, default=0) > block_tables.shape[1]:
         raise _fail("block_tables", f"width {block_tables.shape[1]} < {max(blocks_needed)} "
@@ -156,16 +218,13 @@ def check_paged_inputs(query: torch.Tensor, key_cache: torch.Tensor, value_cache
         outside = host.max_block >= host.min_block and (
             host.min_block < 0 or host.max_block >= num_blocks)
     elif num_seqs and block_tables.shape[1]:
-        used = (torch.arange(block_tables.shape[1], device=block_tables.device)[None, :]
-                < torch.tensor(blocks_needed, device=block_tables.device)[:, None])
+        entry = torch.arange(block_tables.shape[1], device=block_tables.device)[None, :]
+        first = [k // block_size for k in shapes.first_keys()]  # first used entry, per row
+        used = ((entry < torch.tensor(blocks_needed, device=block_tables.device)[:, None])
+                & (entry >= torch.tensor(first, device=block_tables.device)[:, None]))
         outside = bool((used & ((block_tables < 0) | (block_tables >= num_blocks))).any())
     else:
         outside = False
     if outside:
         raise _fail("block_tables", f"a used entry is outside [0, {num_blocks})")
-    if scale is None:
-        scale = head_dim ** -0.5
-    elif not isinstance(scale, (int, float)) or not (0 < abs(float(scale)) < float("inf")):
-        raise _fail("scale", f"must be a finite non-zero number, got {scale!r}")
-    return AttentionShapes(num_tokens, num_heads, num_kv_heads, head_dim, num_seqs, block_size,
-                           tuple(lens), tuple(query_lens), float(scale))
+    return shapes

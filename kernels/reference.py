@@ -1,4 +1,5 @@
-"""The dense reference: gather K/V through the block tables, then plain causal attention.
+"""The dense reference: gather K/V through the block tables, then plain causal attention (with a
+sliding window or chunk: the same mask, written out with torch ops).
 
 This is the ground truth the Triton kernel is checked against. It computes in float64 with
 ordinary torch ops, one sequence at a time, and shares nothing with the kernel but the input
@@ -20,29 +21,36 @@ from kernels.paged_inputs import check_paged_inputs
 
 
 def gather_kv(cache: torch.Tensor, block_table_row: torch.Tensor | list[int],
-              length: int) -> torch.Tensor:
-    """Read `length` positions of one sequence through its block table.
+              length: int, start: int = 0) -> torch.Tensor:
+    """Read positions [start, length) of one sequence through its block table (the entries
+    before start's block are not read: they may be null).
 
-    cache [num_blocks, block_size, num_kv_heads, head_dim] -> [length, num_kv_heads, head_dim].
+    cache [num_blocks, block_size, num_kv_heads, head_dim]
+    -> [length - start, num_kv_heads, head_dim].
     """
     block_size = cache.shape[1]
     table = torch.as_tensor(block_table_row, dtype=torch.int64, device=cache.device)  # [width]
     if length < 0 or -(-length // block_size) > table.shape[0]:
         raise ValueError(f"length: {length} positions need more than the "
                          f"{table.shape[0]} blocks in block_table_row")
-    pos = torch.arange(length, device=cache.device)  # [length]
-    physical = table[pos // block_size]  # [length]
-    if length and (physical.min() < 0 or physical.max() >= cache.shape[0]):
+    if not 0 <= start <= length:
+        raise ValueError(f"start: {start} is not within [0, {length}]")
+    pos = torch.arange(start, length, device=cache.device)  # [length - start]
+    physical = table[pos // block_size]  # [length - start]
+    if length > start and (physical.min() < 0 or physical.max() >= cache.shape[0]):
         raise ValueError(f"block_table_row: a used entry is outside [0, {cache.shape[0]})")
-    return cache[physical, pos % block_size]  # [length, num_kv_heads, head_dim]
+    return cache[physical, pos % block_size]  # [length - start, num_kv_heads, head_dim]
 
 
 def dense_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                     block_tables: torch.Tensor, seq_lens: torch.Tensor,
-                    query_start_loc: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+                    query_start_loc: torch.Tensor, scale: float | None = None,
+                    sliding_window: int | None = None,
+                    attention_chunk_size: int | None = None) -> torch.Tensor:
     """Same contract as `paged_attention`, computed densely in float64; returns query's dtype."""
     shapes = check_paged_inputs(query, key_cache, value_cache, block_tables, seq_lens,
-                                query_start_loc, scale)
+                                query_start_loc, scale, sliding_window=sliding_window,
+                                attention_chunk_size=attention_chunk_size)
     group = shapes.num_heads // shapes.num_kv_heads
     out = torch.empty_like(query)  # [num_tokens, num_heads, head_dim]
     starts = query_start_loc.tolist()
@@ -51,15 +59,26 @@ def dense_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
         q_len = q.shape[0]
         if q_len == 0:
             continue
-        k = gather_kv(key_cache, block_tables[seq], seq_len).double()  # [seq_len, kv_heads, d]
-        v = gather_kv(value_cache, block_tables[seq], seq_len).double()
-        k = k.repeat_interleave(group, dim=1)  # [seq_len, num_heads, head_dim]
-        v = v.repeat_interleave(group, dim=1)
-        scores = torch.einsum("qhd,khd->hqk", q, k) * shapes.scale  # [num_heads, q_len, seq_len]
         q_pos = torch.arange(seq_len - q_len, seq_len, device=q.device)  # [q_len]
-        future = torch.arange(seq_len, device=q.device)[None, :] > q_pos[:, None]
-        scores = scores.masked_fill(future, float("-inf"))
-        probs = torch.softmax(scores, dim=-1)  # [num_heads, q_len, seq_len]
+        first = seq_len - q_len  # the first new token: gather from the first key it sees
+        lo = 0
+        if sliding_window is not None:
+            lo = max(first - sliding_window + 1, 0)
+        if attention_chunk_size is not None:
+            lo = first - first % attention_chunk_size
+        k = gather_kv(key_cache, block_tables[seq], seq_len, lo).double()  # [keys, kv_heads, d]
+        v = gather_kv(value_cache, block_tables[seq], seq_len, lo).double()
+        k = k.repeat_interleave(group, dim=1)  # [keys, num_heads, head_dim]
+        v = v.repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", q, k) * shapes.scale  # [num_heads, q_len, keys]
+        k_pos = torch.arange(lo, seq_len, device=q.device)[None, :]  # [1, keys]
+        hidden = k_pos > q_pos[:, None]  # [q_len, keys] the future
+        if sliding_window is not None:  # older than the last sliding_window positions
+            hidden |= k_pos <= q_pos[:, None] - sliding_window
+        if attention_chunk_size is not None:  # before the query's own chunk
+            hidden |= k_pos < q_pos[:, None] - q_pos[:, None] % attention_chunk_size
+        scores = scores.masked_fill(hidden, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)  # [num_heads, q_len, keys]
         out[starts[seq]:starts[seq + 1]] = torch.einsum("hqk,khd->qhd", probs, v).to(query.dtype)
     return out
 

@@ -12,6 +12,7 @@ from kernels.cache_ops import copy_blocks, write_kv
 from kernels.paged_attention import launch_paged_attention, paged_attention
 from kernels.paged_inputs import check_paged_inputs
 from kernels.reference import dense_attention
+from tests.test_attention_windows import local_inputs
 from tests.test_paged_attention import CASES, Case, make_inputs
 
 pytestmark = [
@@ -39,6 +40,22 @@ def test_kernel_matches_dense_reference_half(case: Case, dtype: torch.dtype) -> 
     ref = dense_attention(**inputs)
     assert out.dtype == dtype
     torch.testing.assert_close(out.float(), ref.float(), atol=1.5e-2, rtol=1e-2)
+
+
+LOCAL_CASE = Case("local_gqa8_d64", 64, 8, 64, 16, ((1, 5000), (300, 2000), (1, 130)))
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
+@pytest.mark.parametrize("limits", [{"sliding_window": 128}, {"attention_chunk_size": 1024}],
+                         ids=["sliding_window128", "chunk1024"])
+def test_local_attention_half(limits: dict[str, int], dtype: torch.dtype) -> None:
+    """gpt-oss-like sliding window and a Llama-4-like chunk, compiled, with null entries
+    (-1 and a NaN-filled garbage block, tests/test_attention_windows.py) in the tables."""
+    inputs = local_inputs(LOCAL_CASE, limits, dtype)
+    out = paged_attention(**inputs, **limits)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), dense_attention(**inputs, **limits).float(),
+                               atol=1.5e-2, rtol=1e-2)
 
 
 @pytest.mark.parametrize("whole_batch", [False, True], ids=["per_sequence", "whole_batch"])

@@ -4,7 +4,7 @@ registers, spills, shared memory, how many programs fit on an SM, and how wide t
 are. tests/test_kernels_aot.py holds the kernels to these numbers, so that GPU performance
 cannot regress on a machine without a GPU.
 
-    PAGED_LAB_AOT=1 python -m kernels.aot [--json out.json]
+    PAGED_LAB_AOT=1 python bench/aot.py [--json out.json]
 
 PAGED_LAB_AOT=1 keeps kernels/backend.py from turning on Triton's interpreter (which replaces
 @triton.jit and cannot compile); such a process compiles kernels but runs none.
@@ -18,10 +18,13 @@ import io
 import json
 import re
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 import triton
@@ -31,7 +34,8 @@ from triton.compiler.compiler import make_backend
 from triton.runtime.jit import create_function_from_signature
 
 from kernels.attention_plan import H100_SMS, plan_attention
-from kernels.paged_attention import KernelCall, prepare_launch
+from kernels.launch import KernelCall
+from kernels.paged_attention import prepare_launch
 from kernels.paged_inputs import check_paged_inputs
 
 HOPPER = GPUTarget("cuda", 90, 32)
@@ -49,12 +53,24 @@ class Config:
     block_size: int
     seqs: tuple[tuple[int, int], ...]  # (new tokens, seq_len) per sequence
     phase: str  # "decode" or "prefill", for the report
+    sliding_window: int | None = None  # a local attention layer's limit (kernels/paged_inputs)
+    attention_chunk_size: int | None = None
+
+    @property
+    def window(self) -> str:
+        """The layer's limit in the report ("" for full attention)."""
+        if self.sliding_window:
+            return f"sliding{self.sliding_window}"
+        return f"chunk{self.attention_chunk_size}" if self.attention_chunk_size else ""
 
 
 def main_configs() -> list[Config]:
     """bf16 and fp16, head_dim 64 and 128, block sizes 16 and 32; decode of one long context
     (split across programs, then merged), of a batch (one program per sequence), and a prefill
-    batch (query tiles of several sequences)."""
+    batch (query tiles of several sequences). Then local attention layers, bf16 (fp16 compiles
+    the same code): gpt-oss's sliding window of 128 on a decode batch and a prefill, and
+    Llama-4's chunk of 8,192 on the long decode (split). A chunk compiles the same kernel as a
+    window (the limits are runtime values)."""
     out = []
     for dtype in ("bfloat16", "float16"):
         for head_dim in (64, 128):
@@ -63,12 +79,19 @@ def main_configs() -> list[Config]:
                         Config(dtype, head_dim, block_size, ((1, 2048),) * 64, "decode"),
                         Config(dtype, head_dim, block_size, ((2048, 2048), (700, 1500)),
                                "prefill")]
+    for head_dim in (64, 128):
+        local = [(((1, 2048),) * 64, "decode", {"sliding_window": 128}),
+                 (((1, 32768),), "decode", {"attention_chunk_size": 8192}),
+                 (((2048, 2048), (700, 1500)), "prefill", {"sliding_window": 128})]
+        out += [Config("bfloat16", head_dim, 16, seqs, phase, **limits)
+                for seqs, phase, limits in local]
     return out
 
 
 @dataclass(frozen=True)
 class Report:
     config: str
+    window: str  # a local attention layer's limit, "" for full attention
     kernel: str
     registers: int
     spill_stores: int  # bytes
@@ -95,7 +118,9 @@ def calls_for(config: Config) -> list[KernelCall]:
     tables = torch.zeros(len(seq_lens), -(-max(seq_lens) // bs), dtype=torch.int32)
     lens = torch.tensor(seq_lens, dtype=torch.int32)
     starts = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
-    shapes = check_paged_inputs(query, cache, cache, tables, lens, starts)
+    shapes = check_paged_inputs(query, cache, cache, tables, lens, starts,
+                                sliding_window=config.sliding_window,
+                                attention_chunk_size=config.attention_chunk_size)
     plan = plan_attention(shapes, dtype, compiled=True, num_sms=H100_SMS)
     return list(prepare_launch(plan, shapes, query, cache, cache, tables, lens, starts).calls)
 
@@ -123,10 +148,13 @@ def compiled_variants(calls: list[KernelCall], target: GPUTarget = HOPPER) -> di
     return {name: len(k) for name, k in keys.items()}
 
 
-def growing_decode_calls(max_len: int = 32768, step: int = 61) -> list[KernelCall]:
-    """The calls of one sequence decoding from 1 to max_len keys (every step-th step)."""
+def growing_decode_calls(max_len: int = 32768, step: int = 61,
+                         **limits: int) -> list[KernelCall]:
+    """The calls of one sequence decoding from 1 to max_len keys (every step-th step), on a
+    full attention layer or a local one (sliding_window= or attention_chunk_size=)."""
     return [call for seq_len in range(1, max_len + 1, step)
-            for call in calls_for(Config("bfloat16", 128, 16, ((1, seq_len),), "decode"))]
+            for call in calls_for(Config("bfloat16", 128, 16, ((1, seq_len),), "decode",
+                                         **limits))]
 
 
 def compile_call(call: KernelCall, target: GPUTarget = HOPPER) -> tuple[dict, str, bytes]:
@@ -173,8 +201,9 @@ def report(config: Config, call: KernelCall) -> Report:
     start = time.perf_counter()
     numbers, ptx, cubin = compile_call(call)
     name = (f"{config.phase} {config.dtype} d{config.head_dim} bs{config.block_size} "
+            f"{config.window + ' ' if config.window else ''}"
             f"{len(config.seqs)}x{max(s for _, s in config.seqs)}")
-    return Report(name, call.kernel.__name__, **numbers,
+    return Report(name, config.window, call.kernel.__name__, **numbers,
                   ctas_per_sm=ctas_per_sm(numbers["registers"], numbers["shared"],
                                           numbers["num_warps"]),
                   cp_async_16=_count(r"cp\.async\.c[ga]\.shared\.global[^;]*,\s*(?:0x10|16)\b",
@@ -206,11 +235,18 @@ def main() -> None:
                      "cannot compile")
     reports = [report(c, call) for c in main_configs() for call in calls_for(c)]
     print(to_markdown(reports))
-    variants = compiled_variants(growing_decode_calls())
+    growing = growing_decode_calls()
+    variants = compiled_variants(growing)
     print(f"\nkernels compiled for one sequence decoding 1 to 32,768 keys: {variants}")
+    # a local layer compiles its own variants once (LOCAL); its limits are runtime values
+    with_local = compiled_variants(growing + growing_decode_calls(sliding_window=128)
+                                   + growing_decode_calls(attention_chunk_size=8192))
+    print(f"the same, also on a sliding window of 128 and a chunk of 8,192: {with_local}")
     if args.json:
         args.json.write_text(json.dumps({"reports": [asdict(r) for r in reports],
-                                         "growing_decode_variants": variants}, indent=1))
+                                         "growing_decode_variants": variants,
+                                         "growing_decode_variants_with_local_layers":
+                                             with_local}, indent=1))
 
 
 if __name__ == "__main__":
