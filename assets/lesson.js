@@ -33,15 +33,20 @@ function same(guess, answer) {
 }
 
 // A question is due (drawn above the step) from the step before the one that answers it; once
-// answered it stays only around that step. Unanswered, it holds back what would answer it.
+// answered it stays only around that step. Unanswered, it holds back what would answer it. One
+// with an `until` step is gone after it (the page asks its next question there).
+function gone(q, step) {
+  return q.until !== null && step > q.until;
+}
 function due(q, step) {
+  if (gone(q, step)) return false;
   return q.key in state.answers ? q.reveal - 1 <= step && step <= q.reveal : step + 1 >= q.reveal;
 }
 function held(step) {
   const names = new Set();
   let whole = false;
   for (const q of state.lesson.questions) {
-    if (q.key in state.answers || step < q.reveal) continue;
+    if (q.key in state.answers || step < q.reveal || gone(q, step)) continue;
     if (q.holds.length === 0) whole = true;
     q.holds.forEach((name) => names.add(name));
   }
@@ -89,8 +94,9 @@ function render() {
   caption.classList.toggle("held", hold.whole);
   const counters = $("counters");
   counters.innerHTML = view.counters.map(([label, value]) =>
-    `<div class="counter${hold.names.has(label) ? " held" : ""}"><div class="label">` +
-    `${escapeHtml(label)}</div><div class="value">${escapeHtml(value)}</div></div>`).join("");
+    `<div class="counter"><div class="label">${escapeHtml(label)}</div>` +
+    `<div class="value${hold.names.has(label) ? " held" : ""}"><span>${escapeHtml(value)}` +
+    "</span></div></div>").join("");
   counters.classList.toggle("held", hold.whole);
   const check = $("check");
   check.textContent = view.check.text;

@@ -70,10 +70,10 @@ def hits_question(step: int) -> tuple[Question, int] | None:
 
 
 def lesson_questions() -> list:
-    """Every admission's question, once, as the lesson asks them."""
+    """Every admission's question, once, as the page asks them: each until its admission."""
     asked = {at: question for question, at in filter(None, map(hits_question,
                                                                range(len(all_frames))))}
-    return [lesson_question(question, at) for at, question in sorted(asked.items())]
+    return [lesson_question(question, at, until=at) for at, question in sorted(asked.items())]
 
 
 def step_view(step: int) -> StepView:

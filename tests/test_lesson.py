@@ -60,7 +60,7 @@ def test_the_file_holds_every_step_its_caption_check_and_question() -> None:
     assert data["steps"][1]["figures"] != data["steps"][2]["figures"]
     assert data["questions"] == [{"text": "How many blocks does A hold at step 1?", "answer": 2,
                                   "explanation": "30 / 16, up.", "reveal": 1, "choices": None,
-                                  "holds": []}]
+                                  "holds": [], "until": None}]
 
 
 def test_plotly_js_is_inlined_and_nothing_comes_from_a_network() -> None:
@@ -110,3 +110,19 @@ def test_each_page_builds_its_default_lesson_within_five_megabytes(open_app_page
     assert len(save) == 1
     megabytes = float(re.search(r"\(([\d.]+) MB", save[0].proto.label).group(1))
     assert 4.8 <= megabytes <= MAX_LESSON_BYTES / 1e6  # plotly.js alone is 4.8 MB
+
+
+def test_a_built_lesson_stays_ready_while_stepping_and_a_new_setting_asks_again(
+        open_app_page) -> None:
+    def offered(at) -> list[str]:
+        return ([b.proto.label for b in at.get("download_button") if "lesson" in b.proto.label]
+                + [b.label for b in at.button if b.key == "block_tables_lesson_build"])
+
+    at = open_app_page("pages/block_tables.py")
+    assert offered(at) == ["Download this lesson"]
+    at.button(key="block_tables_lesson_build").click().run(timeout=600)
+    at.button(key="step_forward").click().run()
+    assert len(offered(at)) == 1 and offered(at)[0].startswith("Save the lesson")
+    assert not at.get("progress")  # nothing was built again for this Step
+    at.number_input(key="num_blocks").set_value(32).run()
+    assert offered(at) == ["Download this lesson"]  # another story: another lesson

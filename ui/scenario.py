@@ -142,11 +142,12 @@ class LessonPlan:
     extras: Callable[[], dict[str, Any]] = field(compare=False)
 
 
-def lesson_question(question: Question, reveal: int, holds: Sequence[str] = ()) -> LessonQuestion:
+def lesson_question(question: Question, reveal: int, holds: Sequence[str] = (),
+                    until: int | None = None) -> LessonQuestion:
     """A page's question as the lesson asks it: before step `reveal`, holding back `holds`
-    (names of figures or counters; nothing named: the whole step)."""
+    (names of figures or counters; nothing named: the whole step), gone after `until`."""
     return LessonQuestion(question.text, question.value(), question.explanation, reveal,
-                          question.choices, tuple(holds))
+                          question.choices, tuple(holds), until)
 
 
 def export_lesson(story: Story, view: Callable[[int], StepView], last_step: int, *,
@@ -160,22 +161,25 @@ def export_lesson(story: Story, view: Callable[[int], StepView], last_step: int,
     if is_hidden("downloads") or is_classroom():
         return
     key, slot = f"{story.page}_lesson", st.empty()  # the Save button replaces this one
-    if st.session_state.get(key) != story:
-        if not slot.button("Download this lesson", key=f"{key}_build",
-                           icon=":material/school:",
-                           help="One HTML file that plays this story with Step, Back and Play "
-                                "from your disk, with no server and no network: every step's "
-                                "figures, caption and kernel check, and the questions. Inside "
-                                "it, a button saves every step as PNG for slides."):
+    kept = st.session_state.get(key)
+    if isinstance(kept, tuple) and kept[0] == story:  # built for this user: a Step only draws
+        page = kept[1]
+    else:
+        if not slot.button(
+                "Download this lesson", key=f"{key}_build", icon=":material/school:",
+                help="One HTML file that plays this story with Step, Back and Play from your "
+                     "disk, with no server and no network: every step's figures, caption and "
+                     "kernel check, and the questions. Inside it, a button saves every step "
+                     "as PNG for slides."):
             return
-        st.session_state[key] = story
-    plan = LessonPlan(story, last_step, view, questions, checks, idle, extras)
-    try:
-        page = shared_within(_lesson, len, MAX_SHARED_LESSON_BYTES)(plan)
-    except LessonTooLarge as error:  # asked again only on the next click
-        del st.session_state[key]
-        slot.warning(f"This lesson cannot be downloaded: {error}.", icon=":material/warning:")
-        return
+        plan = LessonPlan(story, last_step, view, questions, checks, idle, extras)
+        try:  # a build cut short (a Step meanwhile) is not kept: the button comes back
+            page = shared_within(_lesson, len, MAX_SHARED_LESSON_BYTES)(plan)
+        except LessonTooLarge as error:
+            slot.warning(f"This lesson cannot be downloaded: {error}.",
+                         icon=":material/warning:")
+            return
+        st.session_state[key] = (story, page)  # the same bytes as the shared copy
     slot.download_button(f"Save the lesson ({len(page) / 1e6:.1f} MB, HTML)", lambda: page,
                          file_name=f"{story.page}_lesson.html", mime="text/html",
                          key=f"{key}_save", icon=":material/download:", on_click="ignore",

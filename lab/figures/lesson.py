@@ -68,7 +68,8 @@ class LessonStep:
 class LessonQuestion:
     """Asked from the step before `reveal` (the first step that shows its answer); until it
     is answered, from `reveal` on, `holds` (names of figures or counters) are held back, or
-    the whole step (caption, counters, check, figures) when `holds` is empty."""
+    the whole step (caption, counters, check, figures) when `holds` is empty. A question
+    with an `until` step is gone after it (the page asks its next question instead)."""
 
     text: str
     answer: int | str
@@ -76,6 +77,7 @@ class LessonQuestion:
     reveal: int
     choices: Sequence[str] | None = None
     holds: Sequence[str] = ()
+    until: int | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,8 @@ def _document(lesson: Lesson) -> str:
             "config": PLOTLY_CONFIG,
             "questions": [{"text": q.text, "answer": q.answer, "explanation": q.explanation,
                            "reveal": q.reveal, "choices": list(q.choices or []) or None,
-                           "holds": list(q.holds)} for q in lesson.questions]}
+                           "holds": list(q.holds), "until": q.until}
+                          for q in lesson.questions]}
     steps = ",".join(
         '{"figures":' + _figures(s.view.figures) + ',"caption":'
         + json.dumps(list(s.view.caption)) + ',"counters":'
