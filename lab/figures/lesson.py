@@ -4,12 +4,13 @@
 keyboard's Right / Left) from `file://`, with no server and no network: plotly.js is the
 installed plotly package's own copy, inlined; every step's figures (plotly JSON), its caption,
 its counters and the kernel check recorded at that step travel as one JSON document, gzipped
-and base64-encoded (a long story's figures repeat themselves from step to step, so they shrink
-~50x; base64 has no `<`, so nothing in a caption can end the script that holds it). The
-browser unpacks it with its own DecompressionStream. Questions ask before the step that
-answers it and hold back what would answer them until Check or "Just show me", as the pages do
+and base64-encoded (a story's figures repeat themselves from step to step, so they pack
+small; base64 has no `<`, so nothing in a caption can end the script that holds it). The
+browser unpacks it with its own DecompressionStream. A question is asked before the step that
+answers it and holds back what would answer it until Check or "Just show me", as the pages do
 (ui/predict.py). A "Save every step as PNG" button renders the figures in the browser
-(plotly.js `toImage`) into a zip, for slides: plotly's static export in Python needs kaleido.
+(plotly.js `toImage`) into a zip, for slides: plotly's static export in Python needs kaleido,
+which the lab does not install.
 
 The player and its styles are assets/lesson.html and assets/lesson.js.
 """
@@ -34,7 +35,7 @@ from kernels.reference import AttentionCheck
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-MAX_LESSON_BYTES = 5_000_000  # a page's default story must fit: mail and LMS uploads take it
+MAX_LESSON_BYTES = 5_000_000  # one file a teacher can mail or upload; plotly.js takes 4.8 MB
 # The figures' toolbar in the lesson: nothing that leaves the file, PNGs at twice the size.
 PLOTLY_CONFIG = {"displaylogo": False, "showSendToCloud": False, "responsive": True,
                  "modeBarButtonsToRemove": ["select2d", "lasso2d"],
