@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from lab.figures.lesson import lesson_html
 from tests.browser.harness import SETTLE_TIMEOUT_MS, exceptions, open_page, wait_settled
+from tests.test_lesson import HOSTILE, walk_lesson
 
 pytestmark = pytest.mark.browser
 # A security-policy refusal counts as an attempt too (the lesson tells the browser to load
@@ -162,5 +164,18 @@ def test_a_lesson_asks_as_its_page_does_one_admission_at_a_time(browser, page, a
             tab.keyboard.press("ArrowRight")
         assert len(seen) >= 3  # several admissions, each asked in its turn
         assert attempted == [] and errors == []
+    finally:
+        context.close()
+
+
+def test_a_caption_with_markup_is_shown_as_text(browser, tmp_path: Path) -> None:
+    lesson = tmp_path / "hostile.html"
+    lesson.write_text(lesson_html(walk_lesson(f"**{HOSTILE}** <b>x</b>")[0]))
+    context, tab, attempted, errors = offline(browser, tmp_path, lesson)
+    try:
+        line = tab.locator("#caption li").last  # step 0: nothing held yet
+        assert line.inner_text() == f"{HOSTILE} <b>x</b>"  # the markdown bold, nothing else
+        assert line.locator("strong").count() == 1 and line.locator("b, script").count() == 0
+        assert tab.evaluate("window.broken") is None and errors == [] and attempted == []
     finally:
         context.close()
