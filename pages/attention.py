@@ -3,13 +3,14 @@
 import streamlit as st
 
 from lab.figures.blocks import legend_markdown, pool_grid
+from lab.figures.lesson import StepView
 from lab.scenarios.attention import MAX_PLACEMENTS, AttentionConfig, AttentionStory
 from lab.scenarios.block_tables import request_name
 from ui.chapters import chapter_strip, next_page
 from ui.kernel_badge import kernel_badge
 from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
 from ui.predict import Question, held_back
-from ui.scenario import export_trace, frames, or_stop
+from ui.scenario import export_lesson, export_trace, frames, lesson_question, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, register, seed
 from ui.step_controls import step_controls
@@ -87,11 +88,25 @@ all_frames = frames(story, spinner="Reading the blocks through the kernel…")
 num_logical = len(all_frames) - 1
 
 
-def show_step(step: int) -> None:
+def step_view(step: int) -> StepView:
+    """What a step shows: on this page and in its lesson."""
     frame = all_frames[step]
+    labels = {p: f"L{i}" for i, p in enumerate(frame.block_table)}
+    table = ", ".join(f"L{i} → {p}" for i, p in enumerate(frame.block_table))
+    return StepView(
+        {"pool": pool_grid(frame.snapshot, frame.seq_names, highlight=frame.read,
+                           highlight_labels=labels,
+                           title=f"Physical KV pool: {request}'s blocks read so far in red "
+                                 f"({step} of {num_logical})")},
+        story.caption(frame),
+        {f"Block table of {request}": table, "Output change": f"{frame.output_shift:.1e}"})
+
+
+def show_step(step: int) -> None:
+    frame, view = all_frames[step], step_view(step)
     parts = step_parts()
     with parts.caption:
-        step_caption(step, story.caption(frame))
+        step_caption(step, list(view.caption))
     with parts.before:
         st.markdown(f"**Block table of {request}** ({frame.num_tokens} tokens): logical "
                     + ", ".join(f"L{i} → **{p}**" for i, p in enumerate(frame.block_table))
@@ -101,7 +116,7 @@ def show_step(step: int) -> None:
         with badge_col:
             kernel_badge(frame.check)
         with shift_col, held_back(SHIFT.answered, "the output change", key="att_shift"):
-            st.metric("Output change", f"{frame.output_shift:.1e}",
+            st.metric("Output change", view.counters["Output change"],
                       help="Largest difference between the kernel's output now and at "
                            "placement 0 (before any shuffle): the block table hides where "
                            "blocks live.")
@@ -110,13 +125,9 @@ def show_step(step: int) -> None:
                        "float64 dense reference, so a small error is float32 rounding. "
                        "**Output change**: the kernel's output now against its own output "
                        "before any shuffle, the same float32 arithmetic in the same order.")
-    labels = {p: f"L{i}" for i, p in enumerate(frame.block_table)}
     with parts.main:
-        show_figure(pool_grid(frame.snapshot, frame.seq_names, highlight=frame.read,
-                              highlight_labels=labels,
-                              title=f"Physical KV pool: {request}'s blocks read so far in red "
-                                    f"({step} of {num_logical})"),
-                    key="attention_pool", file_name="attention_pool", main=True)
+        show_figure(view.figures["pool"], key="attention_pool", file_name="attention_pool",
+                    main=True)
     with parts.after:
         st.markdown(legend_markdown(frame.snapshot, frame.seq_names), unsafe_allow_html=True)
         st.subheader(f"Online softmax, head {head}, block by block")
@@ -141,3 +152,5 @@ def show_step(step: int) -> None:
 with stage:
     show_step(step_controls(num_logical))
 export_trace(story, num_logical)
+export_lesson(story, step_view, num_logical, checks=lambda step: all_frames[step].check,
+              questions=lambda: [lesson_question(SHIFT, 0, holds=["Output change"])])

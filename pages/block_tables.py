@@ -3,12 +3,13 @@
 import streamlit as st
 
 from lab.figures.blocks import block_table_figure, legend_markdown, pool_grid, token_strip
+from lab.figures.lesson import StepView
 from lab.memory.block_table import blocks_for
 from lab.scenarios.block_tables import BlockTablesStory
 from ui.chapters import chapter_strip, next_page
 from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
 from ui.predict import Question, gate, held_back
-from ui.scenario import export_trace, frames, live_badge
+from ui.scenario import export_lesson, export_trace, frames, lesson_question, live_badge
 from ui.sidebar import sidebar
 from ui.state import seed
 from ui.step_controls import step_controls
@@ -69,8 +70,28 @@ QUESTIONS = [
 ]
 
 
-def show_step(step: int) -> None:
+IDLE = "The pool is empty: no attention to check yet."
+
+
+def step_view(step: int) -> StepView:
+    """What a step shows: on this page and in its lesson."""
     frame = all_frames[step]
+    usage, names = frame.snapshot.usage, frame.seq_names
+    live = len(frame.snapshot.sequences)
+    taken = [e.block_id for e in frame.events if e.kind == "allocate"]  # what changed
+    return StepView(
+        {"pool": pool_grid(frame.snapshot, names, highlight=taken,
+                           title="Physical KV pool (red outline: taken at this step)"),
+         "strip": token_strip(frame.snapshot, names),
+         "table": block_table_figure(frame.snapshot, names)},
+        story.caption(frame),
+        {"Blocks in use": f"{usage.blocks_used} / {num_blocks}",
+         "Filled slots": str(usage.slots_filled), "Unused tail slots": str(usage.tail_slots),
+         "Tail bound": f"< {live * block_size}" if live else "—"})
+
+
+def show_step(step: int) -> None:
+    frame, view = all_frames[step], step_view(step)
     parts = step_parts()
     questions = gate(QUESTIONS, step)
     hidden = questions.hold
@@ -78,27 +99,21 @@ def show_step(step: int) -> None:
         for question in questions.due:  # asked right here, before the step that answers it
             question.ask()
         with held_back(not hidden, "what this step did", key="bt_caption"):
-            step_caption(step, story.caption(frame), held=hidden)
-    usage = frame.snapshot.usage
+            step_caption(step, list(view.caption), held=hidden)
     live = len(frame.snapshot.sequences)
+    tips = {"Unused tail slots": "Allocated slots with no token yet: only the last block of "
+                                 "each sequence can have them, so there are fewer than one "
+                                 "block per sequence.",
+            "Tail bound": f"Unused tail slots stay below one block per sequence: {live} "
+                          f"sequence(s) × {block_size} slots."}
     with parts.before, held_back(not hidden, "the counters", key="bt_counters"):
-        c1, c2, c3, c4 = st.columns(4)
-        c1.metric("Blocks in use", f"{usage.blocks_used} / {num_blocks}")
-        c2.metric("Filled slots", usage.slots_filled)
-        c3.metric("Unused tail slots", usage.tail_slots,
-                  help="Allocated slots with no token yet: only the last block of each "
-                       "sequence can have them, so there are fewer than one block per sequence.")
-        c4.metric("Tail bound", f"< {live * block_size}" if live else "—",
-                  help=f"Unused tail slots stay below one block per sequence: {live} "
-                       f"sequence(s) × {block_size} slots.")
-        live_badge(story, step, last, idle="The pool is empty: no attention to check yet.")
+        for column, (label, value) in zip(st.columns(4), view.counters.items(), strict=True):
+            column.metric(label, value, help=tips.get(label))
+        live_badge(story, step, last, idle=IDLE)
 
     names = frame.seq_names
-    taken = [e.block_id for e in frame.events if e.kind == "allocate"]  # what changed
     with parts.main, held_back(not hidden, "the pool", key="bt_pool"):
-        show_figure(pool_grid(frame.snapshot, names, highlight=taken,
-                              title="Physical KV pool (red outline: taken at this step)"),
-                    key="pool", file_name="kv_pool", main=True)
+        show_figure(view.figures["pool"], key="pool", file_name="kv_pool", main=True)
     with parts.after:
         with held_back(not hidden, "the block tables", key="bt_tables"):
             st.markdown(legend_markdown(frame.snapshot, names), unsafe_allow_html=True)
@@ -108,16 +123,16 @@ def show_step(step: int) -> None:
             strip_col, table_col = st.columns([2, 1]) if widest <= 6 else (st.container(),
                                                                            st.container())
             with strip_col:
-                show_figure(token_strip(frame.snapshot, names), key="strip",
-                            file_name="token_strip")
+                show_figure(view.figures["strip"], key="strip", file_name="token_strip")
             with table_col:
-                show_figure(block_table_figure(frame.snapshot, names), key="table",
-                            file_name="block_table")
+                show_figure(view.figures["table"], key="table", file_name="block_table")
         explain("How to read it: **L0, L1, ...** are logical blocks; the number in each "
                 "block-table cell is the physical block that holds it; on the pool, each tile "
                 "is a physical block and its bar shows how many of its slots hold tokens. "
                 "Hover any cell for its slot.", title="How to read the figures")
         export_trace(story, step)
+        export_lesson(story, step_view, last, idle=IDLE, questions=lambda: [
+            lesson_question(question, reveal) for question, reveal in QUESTIONS])
         for question in questions.later:  # the others wait at the end of the page
             question.ask()
         next_page(step == last)

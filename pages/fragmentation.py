@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from lab.figures.fragmentation import memory_maps, sweep_figure, timeline
+from lab.figures.lesson import StepView
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.fragmentation import (
     FragConfig,
@@ -17,7 +18,7 @@ from lab.scenarios.fragmentation import (
 from ui.chapters import chapter_strip, next_page
 from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
 from ui.predict import Question, held_back
-from ui.scenario import export_trace, frames, live_badge, or_stop
+from ui.scenario import export_lesson, export_trace, frames, lesson_question, live_badge, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
 from ui.step_controls import step_controls
@@ -95,27 +96,45 @@ TRADEOFF = Question(
                 "more than one slot in ten.", context=story)
 
 
-def show_step(step: int) -> None:
+IDLE = ("The paged server runs no request at this step (it has finished them all, or none "
+        "has arrived): no attention to check on its pool.")
+
+
+def step_view(step: int) -> StepView:
+    """What a step shows: on this page and in its lesson."""
     frame = all_frames[step]
+    c, p = frame.contiguous, frame.paged
+    return StepView(
+        {"memory_maps": memory_maps(frame, cfg.capacity, block_size),
+         "timeline": timeline(all_frames, step)},
+        story.caption(frame) or ["Every running request decodes one token; nobody is "
+                                 "admitted or finishes."],
+        {"Finished: contiguous": f"{c.finished} / {total}",
+         "Finished: paged": f"{p.finished} / {total}",
+         "Wasted: contiguous": f"{round(c.wasted_pct)}%",
+         "Wasted: paged": f"{round(p.wasted_pct)}%"})
+
+
+def show_step(step: int) -> None:
+    frame, view = all_frames[step], step_view(step)
     last = len(all_frames) - 1
     parts = step_parts()
     with parts.caption:
-        step_caption(step, story.caption(frame) or ["Every running request decodes one token; "
-                                                    "nobody is admitted or finishes."])
+        step_caption(step, list(view.caption))
     c, p = frame.contiguous, frame.paged
     wasted_c, wasted_p = round(c.wasted_pct), round(p.wasted_pct)
     with parts.before:
         m1, m2, m3, m4 = st.columns(4)
-        m1.metric("Finished: contiguous", f"{c.finished} / {total}",
+        m1.metric("Finished: contiguous", view.counters["Finished: contiguous"],
                   help=f"Requests done by this step ({c.running} running, {c.waiting} waiting).")
-        m2.metric("Finished: paged", f"{p.finished} / {total}",
+        m2.metric("Finished: paged", view.counters["Finished: paged"],
                   delta=f"{p.finished - c.finished:+d} vs contiguous",
                   delta_color="normal" if p.finished != c.finished else "off",
                   help=f"Requests done by this step ({p.running} running, {p.waiting} waiting).")
-        m3.metric("Wasted: contiguous", f"{wasted_c}%",
+        m3.metric("Wasted: contiguous", view.counters["Wasted: contiguous"],
                   help="Internal + external fragmentation, as a share of the pool.")
         same = comparable(c, p)
-        m4.metric("Wasted: paged", f"{wasted_p}%",
+        m4.metric("Wasted: paged", view.counters["Wasted: paged"],
                   delta=f"{wasted_p - wasted_c:+d} points" if same else None,
                   delta_color="inverse" if same and wasted_p != wasted_c else "off",
                   help="Compared with contiguous only while both hold requests: an empty pool "
@@ -123,12 +142,10 @@ def show_step(step: int) -> None:
         verdict = finish_verdict(step, finished_at, total)
         if verdict:
             st.caption(f":material/flag: {verdict}")
-        live_badge(story, step, last,
-                   idle="The paged server runs no request at this step (it has finished them "
-                        "all, or none has arrived): no attention to check on its pool.")
+        live_badge(story, step, last, idle=IDLE)
     with parts.main:
-        show_figure(memory_maps(frame, cfg.capacity, block_size), key="frag_map",
-                    file_name="memory_maps", main=True)
+        show_figure(view.figures["memory_maps"], key="frag_map", file_name="memory_maps",
+                    main=True)
         st.caption("Solid: slots holding a token's K/V. Pale: reserved or allocated but empty "
                    "(internal fragmentation). Violet and hatched (\"hole\"): free holes too small "
                    f"for the next reservation ({frame.next_reservation} slots; external "
@@ -139,13 +156,18 @@ def show_step(step: int) -> None:
         st.table(pd.DataFrame([_row("Contiguous", c), _row("Paged", p)])
                  .set_index("allocator").T)  # a row per quantity: it fits a phone
         with held_back(PEAK.answered, "the run over time", key="frag_timeline"):
-            show_figure(timeline(all_frames, step), key="frag_timeline",
+            show_figure(view.figures["timeline"], key="frag_timeline",
                         file_name="fragmentation_timeline")
         if frame.preemptions:
             st.caption(f"The paged server ran out of free blocks {frame.preemptions} time(s) "
                        "while decoding and preempted its youngest request (recompute): "
                        "admission control is still needed, as the guide says.")
         export_trace(story, step)
+        export_lesson(story, step_view, last, idle=IDLE,
+                      extras=lambda: {"block_size_sweep": sweep_figure(sweep, block_size)},
+                      questions=lambda: [lesson_question(PEAK, 0, holds=["timeline"]),
+                                         lesson_question(TRADEOFF, 0,
+                                                         holds=["block_size_sweep"])])
         next_page(step == last)
 
 

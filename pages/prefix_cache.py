@@ -3,13 +3,14 @@
 import streamlit as st
 
 from lab.figures.blocks import legend_markdown, pool_grid
+from lab.figures.lesson import StepView
 from lab.figures.prefix import cache_over_time, hash_chain
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.prefix_cache import APP_NAMES, PrefixCacheStory, PrefixConfig
 from ui.chapters import chapter_strip, next_page
 from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
 from ui.predict import Question, gate, held_back
-from ui.scenario import export_trace, frames, live_badge, or_stop
+from ui.scenario import export_lesson, export_trace, frames, lesson_question, live_badge, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
 from ui.step_controls import step_controls
@@ -68,8 +69,40 @@ def hits_question(step: int) -> tuple[Question, int] | None:
         context=(story, upcoming.req_id)), at
 
 
-def show_step(step: int) -> None:
+def lesson_questions() -> list:
+    """Every admission's question, once, as the page asks them: each until its admission."""
+    asked = {at: question for question, at in filter(None, map(hits_question,
+                                                               range(len(all_frames))))}
+    return [lesson_question(question, at, until=at) for at, question in sorted(asked.items())]
+
+
+def step_view(step: int) -> StepView:
+    """What a step shows: on this page and in its lesson."""
     frame = all_frames[step]
+    names = {seq: f"R{req}" for req, seq in frame.seq_of_request.items()}
+    usage = frame.snapshot.usage
+    marked = sorted({link.block_id for a in frame.admissions for link in a.chain
+                     if link.status == "hit"}
+                    | {e.block_id for e in frame.events if e.kind == "evict"})
+    figures = {"pool": pool_grid(frame.snapshot, names, highlight=marked,
+                                 columns=8 if num_blocks <= 32 else 16,
+                                 title="KV pool (grey: free but cached)")}
+    shown = frame.admissions[0] if frame.admissions else next(
+        (f.admissions[0] for f in reversed(all_frames[:step]) if f.admissions), None)
+    if shown is not None:
+        figures["hash_chain"] = hash_chain(shown)
+    figures["cache_over_time"] = cache_over_time(all_frames, step)
+    return StepView(
+        figures, story.caption(frame) or ["Every running request decodes one token; nothing "
+                                          "is admitted, evicted or finished."],
+        {"Hit rate (prompt tokens)": f"{100 * frame.hit_rate:.0f}%",
+         "Blocks in use": f"{usage.blocks_used} / {num_blocks}",
+         "Free but cached": str(usage.blocks_cached_free),
+         "Evictions so far": str(frame.evictions)})
+
+
+def show_step(step: int) -> None:
+    frame, view = all_frames[step], step_view(step)
     last = len(all_frames) - 1
     names = {seq: f"R{req}" for req, seq in frame.seq_of_request.items()}
     parts = step_parts()
@@ -79,37 +112,26 @@ def show_step(step: int) -> None:
         for question in questions.due:
             question.ask()
     with parts.caption, held_back(not questions.hold, "what this step did", key="px_caption"):
-        step_caption(step, story.caption(frame) or [
-            "Every running request decodes one token; nothing is admitted, evicted or "
-            "finished."], held=questions.hold)
-    usage = frame.snapshot.usage
+        step_caption(step, list(view.caption), held=questions.hold)
+    tips = {"Hit rate (prompt tokens)": f"{frame.hit_tokens} of {frame.query_tokens} prompt "
+                                        "tokens so far were found in the cache and not "
+                                        "prefilled again.",
+            "Free but cached": "Free blocks that still hold a full block's K/V and its hash: a "
+                               "later request with the same prefix takes them back without "
+                               "recomputing."}
     with parts.before, held_back(not questions.hold, "the counters", key="px_counters"):
-        m1, m2, m3, m4 = st.columns(4)
-        m1.metric("Hit rate (prompt tokens)", f"{100 * frame.hit_rate:.0f}%",
-                  help=f"{frame.hit_tokens} of {frame.query_tokens} prompt tokens so far were "
-                       "found in the cache and not prefilled again.")
-        m2.metric("Blocks in use", f"{usage.blocks_used} / {num_blocks}")
-        m3.metric("Free but cached", usage.blocks_cached_free,
-                  help="Free blocks that still hold a full block's K/V and its hash: a later "
-                       "request with the same prefix takes them back without recomputing.")
-        m4.metric("Evictions so far", frame.evictions)
+        for column, (label, value) in zip(st.columns(4), view.counters.items(), strict=True):
+            column.metric(label, value, help=tips.get(label))
         live_badge(story, step, last)
-    marked = sorted({link.block_id for a in frame.admissions for link in a.chain
-                     if link.status == "hit"}
-                    | {e.block_id for e in frame.events if e.kind == "evict"})
     with parts.main, held_back(not questions.hold, "the pool", key="px_pool"):
-        show_figure(pool_grid(frame.snapshot, names, highlight=marked,
-                              columns=8 if num_blocks <= 32 else 16,
-                              title="KV pool (grey: free but cached)"),
-                    key="prefix_pool", file_name="kv_pool", main=True)
+        show_figure(view.figures["pool"], key="prefix_pool", file_name="kv_pool", main=True)
     with parts.after:
         st.markdown(legend_markdown(frame.snapshot, names) + " &nbsp; red outline: hit or "
                     "evicted at this step", unsafe_allow_html=True)
-        shown = frame.admissions[0] if frame.admissions else next(
-            (f.admissions[0] for f in reversed(all_frames[:step]) if f.admissions), None)
         with st.container(), held_back(not questions.hold, "the hash chain", key="px_chain"):
-            if shown is not None:  # (one block with or without a chain: later ones stay put)
-                show_figure(hash_chain(shown), key="prefix_chain", file_name="hash_chain")
+            if "hash_chain" in view.figures:  # (one block with or without: later ones stay put)
+                show_figure(view.figures["hash_chain"], key="prefix_chain",
+                            file_name="hash_chain")
                 st.caption("Each hash covers its block's tokens and, through its parent's "
                            "hash, every token before them. **hit**: found, not prefilled. "
                            "**miss**: looked up, not found, prefilled, then cached. **last**: "
@@ -139,11 +161,12 @@ def show_step(step: int) -> None:
             "oldest first (red outline, **Evictions so far** + 1), and a later request with that "
             "prefix misses it.",
             title="Which free block goes first")
-        show_figure(cache_over_time(all_frames, step), key="prefix_time",
+        show_figure(view.figures["cache_over_time"], key="prefix_time",
                     file_name="prefix_cache_over_time")
         for question in questions.later:
             question.ask()
         export_trace(story, step)
+        export_lesson(story, step_view, last, questions=lesson_questions)
         next_page(step == last)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from kernels.reference import AttentionCheck
+from lab.figures.lesson import check_line
 
 
 def kernel_badge(check: AttentionCheck) -> None:
@@ -15,9 +16,7 @@ def kernel_badge(check: AttentionCheck) -> None:
                  f"contiguous tensors and computed plain attention in float64. Tolerance "
                  f"({check.tolerance}). Relative error: {check.rel_error:.1e}.")
     if check.ok:
-        st.badge(f"Kernel = dense attention · max abs error {check.max_abs_error:.1e}",
-                 icon=":material/check_circle:", color="green", help=help_text)
-    else:
-        st.badge(f"Kernel differs from dense attention · max abs error "
-                 f"{check.max_abs_error:.1e}", icon=":material/error:", color="red",
+        st.badge(check_line(check), icon=":material/check_circle:", color="green",
                  help=help_text)
+    else:
+        st.badge(check_line(check), icon=":material/error:", color="red", help=help_text)
