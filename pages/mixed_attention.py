@@ -76,7 +76,8 @@ QUESTIONS = [
                           f"–{probe_pos} (the window) are held; the positions before it are the "
                           "null block, and their blocks went back to the pool. The "
                           "full-attention group holds every block: "
-                          f"⌈{probe_pos + 1} / {block_size}⌉.", context=story),
+                          f"⌈{probe_pos + 1} / {block_size}⌉ = "
+                          f"{-(-(probe_pos + 1) // block_size)}.", context=story),
      probe_step),
     (Question("mx_hit",
               f"C's {c.prompt_len}-token prompt starts with the same {system_len}-token system "
@@ -119,14 +120,17 @@ def show_step(step: int) -> None:
             m4.metric("Null entries", sum(b < 0 for r in frame.requests for t in r.tables
                                           for b in t),
                       help="Block-table positions out of the window: no block held there.")
+        if frame.requests:
+            st.caption("The kernel against dense attention, both groups' layers together, "
+                       "then each:")
         live_badge(story, step, last, idle="No request in the pool: no attention to check.")
         per_group = live_measured(story, step) if frame.requests else None
         if per_group:
             for col, (label, check) in zip(st.columns(len(per_group)), per_group):
                 with col:
                     st.caption(f"The {label} group's layer"
-                               + (f" (window {window}: reads only the window's blocks)"
-                                  if label != GROUP_LABELS[0] else ""))
+                               + (f" (window {window}: it reads only the window's blocks)"
+                                  if label != GROUP_LABELS[0] else "") + ":")
                     if check is None:
                         st.caption("Not checked: this build's kernel takes no sliding window.")
                     else:
@@ -141,9 +145,7 @@ def show_step(step: int) -> None:
     with parts.after:
         with held_back(not hidden, "the pool", key="mx_pool"):
             st.markdown(legend_markdown(frame), unsafe_allow_html=True)
-            show_figure(group_pool(frame, changed, title="The one KV pool both groups share "
-                                                          "(red outline: changed at this step)"),
-                        key="mixed_pool", file_name="kv_pool")
+            show_figure(group_pool(frame, changed), key="mixed_pool", file_name="kv_pool")
             show_figure(blocks_held(all_frames, step, [r.name for r in story.requests],
                                     GROUP_LABELS), key="mixed_held", file_name="blocks_held")
         explain(

@@ -34,7 +34,8 @@ from lab.figures.style import (
 from lab.memory.kv_cache_groups import NULL_BLOCK
 from lab.scenarios.mixed_frames import MixedFrame
 
-SHORT = ("full", "window")  # group names on rows and tiles
+SHORT = ("full", "window")  # group names on table rows and in hover text
+LETTER = ("F", "W")  # on pool tiles, which have room for a few characters
 NULL_FACE = "#F4F4F4"
 MAX_LABELS = 24  # table cells hold 1-3 digit ids: fewer fit across
 
@@ -43,8 +44,7 @@ def request_color(name: str) -> str:
     return PALETTE[(ord(name) - ord("A")) % len(PALETTE)]
 
 
-def group_tables(frame: MixedFrame, title: str = "Block tables, one per KV cache group"
-                 ) -> go.Figure:
+def group_tables(frame: MixedFrame, title: str = "A block table per group") -> go.Figure:
     """Two rows per request (full attention, sliding window); column = logical block; cell =
     the physical block, or "null" where the position left the window."""
     rows = [f"{r.name} · {SHORT[g]}" for r in frame.requests for g in range(len(SHORT))]
@@ -76,6 +76,10 @@ def group_tables(frame: MixedFrame, title: str = "Block tables, one per KV cache
                   yaxis=dict(tickvals=list(range(len(rows))), ticktext=rows,
                              range=[len(rows) - 0.5, -0.5], showgrid=False, zeroline=False),
                   margin=dict(l=max(60, label_margin(rows)), r=20, t=56, b=40))
+    if not rows:
+        layout["annotations"] = [dict(text="No request in the pool", x=0.5, y=0.5, xref="paper",
+                                      yref="paper", showarrow=False)]
+        layout["xaxis"]["visible"] = layout["yaxis"]["visible"] = False
     return with_alt(base_figure(traces, layout, title, 110 + 40 * max(2, len(rows))),
                     f"{title}. " + ("; ".join(words) or "No request in the pool") + ".")
 
@@ -85,13 +89,15 @@ def legend_markdown(frame: MixedFrame) -> str:
     keys = [f"<span style='color:{request_color(r.name)}'>■</span> {r.name}"
             for r in frame.requests]
     keys += [f"<span style='color:{SHARED_COLOR}'>■</span> shared by two requests",
-             f"<span style='color:{CACHED_COLOR}'>■</span> free, still cached (group, "
-             "positions)", "□ free", "**null**: out of the window, no block held"]
+             f"<span style='color:{CACHED_COLOR}'>■</span> free, still cached (its group and "
+             "positions)", "□ free", "**F** full attention, **W** sliding window",
+             "**null**: out of the window, no block held",
+             f"<span style='color:{HIGHLIGHT_COLOR}'>□</span> changed at this step"]
     return " &nbsp; ".join(keys)
 
 
 def group_pool(frame: MixedFrame, highlight: Sequence[int] = (),
-               title: str = "The one KV pool both groups share") -> go.Figure:
+               title: str = "One KV pool, both groups") -> go.Figure:
     """Every physical block as a tile: its holder(s) and group when used (dark: shared), the
     group and positions it caches when free but cached (grey), blank when free."""
     n, bs = len(frame.blocks), frame.block_size
@@ -102,22 +108,22 @@ def group_pool(frame: MixedFrame, highlight: Sequence[int] = (),
     for block in frame.blocks:
         r, c = divmod(block.block_id, cols)
         x0, y0 = c, rows - 1 - r
-        where = (f"{SHORT[block.group]} {block.first_pos}–{block.first_pos + bs - 1}"
-                 if block.group is not None else "")
+        positions = (f"{block.first_pos}–{block.first_pos + bs - 1}"
+                     if block.first_pos is not None else "")
         if block.state == "used":
             shared = len(block.holders) > 1
             face.append(lighten(SHARED_COLOR if shared else request_color(block.holders[0]),
                                 0.55 if shared else 0.7))
-            texts.append(f"<b>{block.block_id}</b><br>{'+'.join(block.holders)} · "
-                         f"{SHORT[block.group]}")
+            texts.append(f"<b>{block.block_id}</b><br>{'+'.join(block.holders)} "
+                         f"{LETTER[block.group]}")
             hovers.append(f"physical block {block.block_id}: {' and '.join(block.holders)}, "
-                          f"{SHORT[block.group]} group, positions {where.split(' ')[1]} "
+                          f"{SHORT[block.group]} group, positions {positions} "
                           f"({block.filled}/{bs} slots filled)")
         elif block.state == "cached":
             face.append(CACHED_COLOR)
-            texts.append(f"<b>{block.block_id}</b><br>{where}")
+            texts.append(f"<b>{block.block_id}</b><br>{LETTER[block.group]} {positions}")
             hovers.append(f"physical block {block.block_id}: free, but still cached by the "
-                          f"{SHORT[block.group]} group (positions {where.split(' ')[1]})")
+                          f"{SHORT[block.group]} group (positions {positions})")
         else:
             face.append(FREE_COLOR)
             texts.append(f"<b>{block.block_id}</b><br> ")
@@ -141,6 +147,8 @@ def group_pool(frame: MixedFrame, highlight: Sequence[int] = (),
            + (f" ({len(cached)} of them cached)" if cached else "") + ". "
            + " ".join(f"Block {b.block_id}: {'+'.join(b.holders)}, {SHORT[b.group]}."
                       for b in used)
+           + "".join(f" Block {b.block_id}: cached, {SHORT[b.group]}, positions {b.first_pos} to "
+                      f"{b.first_pos + bs - 1}." for b in cached)
            + (f" Outlined at this step: blocks {ids(sorted(marked))}." if marked else ""))
     return with_alt(base_figure(traces, layout, title, 70 + 64 * rows), alt)
 
@@ -169,6 +177,10 @@ def blocks_held(frames: Sequence[MixedFrame], step: int, names: Sequence[str],
     for axis in ("yaxis", "yaxis2"):
         layout[axis]["range"] = [0, top + 1]
         layout[axis]["dtick"] = 2 if top > 8 else 1
-    return over_time_figure(traces, layout, step, step_axes=("x", "x2"), height=320,
-                            margin=dict(l=45, r=20, t=64, b=45),
-                            legend=dict(orientation="h", y=-0.32, x=0.4))
+    fig = over_time_figure(traces, layout, step, step_axes=("x", "x2"), height=320,
+                           margin=dict(l=45, r=20, t=64, b=45),
+                           legend=dict(orientation="h", y=-0.32, x=0.4))
+    now = "; ".join(f"{r.name} {', '.join(f'{h} in {label}' for h, label in zip(r.held, labels))}"
+                    for r in frames[step].requests)
+    return with_alt(fig, f"Blocks each request holds per KV cache group, steps 0 to {step}. "
+                         f"At step {step}: {now or 'no request in the pool'}.")
