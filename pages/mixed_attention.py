@@ -10,6 +10,7 @@ from lab.scenarios.mixed_attention import (
     MixedParams,
     PoolTooSmall,
 )
+from lab.scenarios.mixed_models import MAX_MODEL_LEN, available_models, model_groups
 from ui.chapters import chapter_strip, next_page
 from ui.kernel_badge import kernel_badge
 from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
@@ -94,6 +95,29 @@ QUESTIONS = [
 ]
 
 
+def real_model_groups() -> None:
+    """The KV cache groups vLLM 0.33 forms for a real model (lab/sizing reads its config)."""
+    models = available_models()
+    if not models:
+        return
+    st.subheader("A real model's KV cache groups")
+    name = choice_param("Model", "model", models, default=models[0],
+                        help="The groups, block size and page size vLLM 0.33 would use for "
+                             "this model's published config, one GPU, KV cache in bf16.")
+    m = model_groups(name)
+    limit = {"sliding window": "window", "chunked local": "chunk"}
+    rows = [f"| {i} | {g.kind} | {g.num_layers} | "
+            + (f"{limit[g.kind]} {g.limit:,}" if g.kind in limit else "—")
+            + f" | {g.pages_per_request:,} |" for i, g in enumerate(m.groups)]
+    st.markdown("| group | kind | layers | tokens seen | pages per request |\n"
+                "|---|---|---|---|---|\n" + "\n".join(rows))
+    st.caption(f"Block size **{m.block_size}** tokens"
+               + (f" ({m.why})" if m.why else ", vLLM's default on CUDA") + f"; a page (one "
+               f"block of one layer) is {m.page_bytes:,} B. Layers are cut into groups of "
+               f"{m.group_size}: a block id names one page in each of its group's layers. Pages "
+               f"per request at max_model_len {MAX_MODEL_LEN:,}.")
+
+
 def show_step(step: int) -> None:
     frame = all_frames[step]
     parts = step_parts()
@@ -169,6 +193,7 @@ def show_step(step: int) -> None:
             "cached while the window group lost the blocks it needs, and then nothing is "
             "reused. The lab does what vLLM 0.33's hybrid KV cache manager does, checked "
             "against traces recorded from it.", title="The prefix hit with two groups")
+        real_model_groups()
         export_trace(story, step)
         for question in questions.later:  # the others wait at the end of the page
             question.ask()
