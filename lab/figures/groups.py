@@ -157,8 +157,7 @@ def blocks_held(frames: Sequence[MixedFrame], step: int, names: Sequence[str],
                 labels: Sequence[str]) -> go.Figure:
     """Blocks each request holds in each group at every step up to `step` (the x axis spans
     the whole walk, so the lines grow as the learner steps)."""
-    layout = two_panels(tuple(f"{label.capitalize()} group: blocks held" for label in labels),
-                        spacing=0.1)
+    layout = two_panels(tuple(label.capitalize() for label in labels), spacing=0.1)
     traces = []
     for name in names:
         for g, axis in enumerate(("", "2")):
@@ -177,8 +176,9 @@ def blocks_held(frames: Sequence[MixedFrame], step: int, names: Sequence[str],
     for axis in ("yaxis", "yaxis2"):
         layout[axis]["range"] = [0, top + 1]
         layout[axis]["dtick"] = 2 if top > 8 else 1
+    layout["yaxis"]["title"] = dict(text="blocks held")
     fig = over_time_figure(traces, layout, step, step_axes=("x", "x2"), height=320,
-                           margin=dict(l=45, r=20, t=64, b=45),
+                           margin=dict(l=60, r=20, t=64, b=45),
                            legend=dict(orientation="h", y=-0.32, x=0.4))
     now = "; ".join(f"{r.name} {', '.join(f'{h} in {label}' for h, label in zip(r.held, labels))}"
                     for r in frames[step].requests)
