@@ -14,8 +14,8 @@ PAGES = [c.path for c in CHAPTERS]
 def test_navigation_lists_pages_in_the_guide_order() -> None:
     assert PAGES[0] == "pages/home.py"
     order = ["home", "unknown_ending", "block_tables", "attention", "fragmentation",
-             "copy_on_write", "prefix_cache", "scheduler", "serving_metrics", "calculator",
-             "model"]
+             "copy_on_write", "prefix_cache", "mixed_attention", "scheduler", "serving_metrics",
+             "calculator", "model"]
     present = [name for name in order if f"pages/{name}.py" in PAGES]
     assert [p for p in PAGES if p.removeprefix("pages/").removesuffix(".py") in order] == [
         f"pages/{name}.py" for name in present]

@@ -57,6 +57,10 @@ CHAPTERS = (
             ("Copy-on-write makes shared prefixes practical",),
             "requests with a common system prompt reuse full blocks found by a hash chain; "
             "eviction of cached free blocks"),
+    Chapter("pages/mixed_attention.py", "Mixed attention", ":material/view_agenda:",
+            ("Logical blocks separate a sequence from physical memory",),
+            "a gpt-oss-like model: a block table per KV cache group over one pool, blocks "
+            "leaving the sliding window become the null block, a prefix hit every group serves"),
     Chapter("pages/scheduler.py", "Admission control", ":material/traffic:",
             ("Better memory use creates room for a larger batch",
              "PagedAttention does not solve admission control"),

@@ -1,13 +1,16 @@
 """The kernel check on the real pool: the Triton kernel and dense attention over the same blocks.
 
-Every page that shows attention runs `check_kernel` for the sequences on screen: their newest
+Every page that shows attention runs this check for the sequences on screen: their newest
 tokens attend over each sequence's K/V through its block table, once with the Triton
 `paged_attention` kernel and once with the float64 dense reference, and `kernels.reference.compare`
-judges the difference.
+judges the difference. `check_kernel` reads the tables of a `KVCacheManager`; `check_tables`
+takes any block tables over one layer of a pool (a KV cache group's, whose entries before a
+sliding window hold the null block, -1), with that layer's sliding window.
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from collections.abc import Sequence
 
@@ -16,6 +19,10 @@ import torch
 from kernels.paged_attention import paged_attention
 from kernels.reference import AttentionCheck, compare, dense_attention
 from lab.memory.cache_manager import KVCacheManager
+from lab.memory.kv_pool import KVPool
+
+# Whether this build's kernel and reference take a sliding window (kernels/paged_inputs.py).
+WINDOWED_KERNEL = "sliding_window" in inspect.signature(paged_attention).parameters
 
 
 def check_kernel(manager: KVCacheManager, seq_ids: Sequence[int], queries: torch.Tensor,
@@ -29,18 +36,38 @@ def check_kernel(manager: KVCacheManager, seq_ids: Sequence[int], queries: torch
     K/V of the context must be in the pool.
     """
     seqs = [manager.sequences[i] for i in seq_ids]
-    query_lens = [1] * len(seqs) if query_lens is None else list(query_lens)
     context_lens = [len(s) for s in seqs] if context_lens is None else list(context_lens)
     for seq, n in zip(seqs, context_lens):
         if seq.num_written < n:
             raise ValueError(f"sequence {seq.seq_id}: K/V of {n - seq.num_written} "
                              "token(s) not written yet")
-    device = manager.pool.device
-    tables = manager.block_table_tensor(seq_ids)  # [num_seqs, max_blocks]
-    seq_lens = torch.tensor(context_lens, dtype=torch.int32, device=device)  # [num_seqs]
+    return check_tables(manager.pool, manager.block_table_tensor(seq_ids), context_lens,
+                        queries, query_lens)
+
+
+def check_tables(pool: KVPool, tables: torch.Tensor | Sequence[Sequence[int]],
+                 context_lens: Sequence[int], queries: torch.Tensor,
+                 query_lens: Sequence[int] | None = None, *, layer: int = 0,
+                 sliding_window: int | None = None) -> AttentionCheck:
+    """Kernel vs reference over `layer` of the pool, sequence i's block table tables[i]
+    (a tensor, int32 [num_seqs, max_blocks], or lists, padded here), its first context_lens[i]
+    tokens, its last query_lens[i] of them as queries (default: one each). With a
+    sliding_window W a query sees its last W positions, itself included; the table entries
+    before the first block any query sees are never read (the null block may sit there)."""
+    if sliding_window is not None and not WINDOWED_KERNEL:
+        raise NotImplementedError("this build's paged-attention kernel takes no sliding window")
+    query_lens = [1] * len(context_lens) if query_lens is None else list(query_lens)
+    device = pool.device
+    if not isinstance(tables, torch.Tensor):
+        width = max((len(t) for t in tables), default=0)
+        tables = torch.tensor([list(t) + [0] * (width - len(t)) for t in tables],
+                              dtype=torch.int32).reshape(-1, width)  # [num_seqs, max_blocks]
+    tables = tables.to(device)
+    seq_lens = torch.tensor(list(context_lens), dtype=torch.int32, device=device)  # [num_seqs]
     starts = torch.tensor([0, *itertools.accumulate(query_lens)], dtype=torch.int32,
                           device=device)  # [num_seqs + 1]
-    query = queries.to(device, manager.config.dtype)  # [num_tokens, num_heads, head_dim]
-    args = (query, manager.pool.key_caches[0], manager.pool.value_caches[0], tables, seq_lens,
-            starts)
-    return compare(paged_attention(*args), dense_attention(*args), len(seqs))
+    query = queries.to(device, pool.config.dtype)  # [num_tokens, num_heads, head_dim]
+    args = (query, pool.key_caches[layer], pool.value_caches[layer], tables, seq_lens, starts)
+    limits = {} if sliding_window is None else {"sliding_window": sliding_window}
+    return compare(paged_attention(*args, **limits), dense_attention(*args, **limits),
+                   len(context_lens))
