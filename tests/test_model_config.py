@@ -95,10 +95,20 @@ def test_other_families_names_for_the_same_keys() -> None:
     assert (mpt.num_kv_heads, mpt.max_position_embeddings) == (8, 8192)
 
 
-def test_chunked_local_attention_is_named_not_hidden() -> None:
-    spec = read({**LLAMA, "attention_chunk_size": 8192})
-    assert spec.num_sliding_layers == 0
-    assert any("chunked local attention is not modelled" in note for note in spec.notes)
+def test_chunked_local_attention_is_llama_4s() -> None:
+    # Policy change (issue 28): chunked local attention is now modelled. vLLM's Llama4Attention
+    # gives it to the RoPE layers; without no_rope_layers, Llama4TextConfig's default makes
+    # every 4th layer NoPE (full attention): 24 chunked + 8 full of 32.
+    spec = read({**LLAMA, "model_type": "llama4_text", "attention_chunk_size": 8192})
+    assert (spec.num_chunked_layers, spec.attention_chunk_size) == (24, 8192)
+    assert kv_layout(spec).num_full_layers == 8
+    flags = read({**LLAMA, "model_type": "llama4_text", "attention_chunk_size": 8192,
+                  "no_rope_layers": [1, 0] * 16})
+    assert flags.num_chunked_layers == 16
+    # Other families' attention ignores the key, and the note says so.
+    other = read({**LLAMA, "attention_chunk_size": 8192})
+    assert other.num_chunked_layers == 0
+    assert any("attention_chunk_size ignored" in note for note in other.notes)
 
 
 def test_an_unknown_family_says_the_generic_rules_apply() -> None:
@@ -189,6 +199,24 @@ def test_mla_reads_one_latent_and_counts_its_projections() -> None:
      "whole number"),
     ({"model_type": "mpt", "d_model": 64, "n_layers": 2, "n_heads": 8,
       "attn_config": {"kv_n_heads": "all"}}, "attn_config.kv_n_heads", "whole number"),
+    # The families with mixed layers name what they could not read.
+    ({**LLAMA, "model_type": "llama4_text", "attention_chunk_size": 8192,
+      "no_rope_layers": [1, 2] * 16}, "no_rope_layers", "0 or 1"),
+    ({**LLAMA, "model_type": "nemotron_h", "hybrid_override_pattern": "M*" * 8},
+     "hybrid_override_pattern", "each of the 32 layers"),
+    ({**LLAMA, "model_type": "nemotron_h"}, "hybrid_override_pattern", "missing"),
+    ({**LLAMA, "model_type": "granitemoehybrid"}, "layer_types", "missing"),
+    ({**LLAMA, "model_type": "granitemoehybrid", "layer_types": ["mamba"] * 32,
+      "mamba_n_heads": 8, "mamba_d_head": 64, "mamba_d_state": 16}, "num_hidden_layers",
+     "no attention layer"),
+    ({**LLAMA, "model_type": "qwen3_next", "layer_types": ["conv"] * 32}, "layer_types",
+     "cannot model"),
+    ({**LLAMA, "model_type": "qwen3_next", "linear_num_value_heads": 0},
+     "linear_num_value_heads", "between"),
+    ({**LLAMA, "model_type": "falcon_h1", "mamba_n_heads": 8, "mamba_d_head": "x",
+      "mamba_d_state": 16}, "mamba_d_head", "whole number"),
+    ({**LLAMA, "model_type": "gemma3n_text", "num_kv_shared_layers": 40,
+      "layer_types": ["full_attention"] * 32}, "num_kv_shared_layers", "must hold"),
 ])
 def test_errors_name_the_field(config: dict, field: str, words: str) -> None:
     with pytest.raises(ConfigError) as caught:
