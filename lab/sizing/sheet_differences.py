@@ -40,7 +40,7 @@ def differences(layout: KVLayout, plain: CapacitySheet, sheet: VllmSheet,
                    f"per request, not at your {plain.context:,}: vLLM assumes every request "
                    "may grow to the longest context it accepts.")
     if len(sheet.groups) > 1:
-        out.append(f"KV-cache groups: the {spec.num_layers} layers form {len(sheet.groups)} "
+        out.append(f"KV-cache groups: the {sheet.num_layers} layers form {len(sheet.groups)} "
                    f"groups of {sheet.group_size} that share one pool of blocks; every "
                    f"{sheet.block_size} tokens take a block in each group, so vLLM logs "
                    f"blocks // {len(sheet.groups)} × {sheet.block_size} = "
