@@ -23,6 +23,7 @@ from lab.sizing.family_terms import (
     family_terms,
     question_explanation,
     question_shape,
+    tensor_parallel_notes,
     terms_markdown,
 )
 from lab.sizing.kv_formula import KV_DTYPES, batch_latex, format_bytes, kv_layout, per_token_latex
@@ -223,18 +224,8 @@ with held_back(BYTES.answered, "the sizes", key="calc_sizes"):
     if terms := family_terms(layout, context, block_size, prefix_caching):
         st.markdown("**What this model's family changes in the guide's formula**")
         st.markdown(terms_markdown(terms))
-if tp > 1:
-    if spec.is_mla:
-        st.info(f"Tensor parallel {tp}: MLA's latent is replicated, so every GPU holds all of it.")
-    elif tp > spec.num_kv_heads:
-        st.info(f"Tensor parallel {tp} > {spec.num_kv_heads} KV heads: each GPU holds "
-                f"max(1, {spec.num_kv_heads} // {tp}) = 1 KV head; heads are replicated.")
-    else:
-        st.info(f"Tensor parallel {tp}: each GPU holds {spec.num_kv_heads} // {tp} = "
-                f"{layout.heads_per_gpu} KV heads. All sizes below are per GPU.")
-    if not spec.is_mla and max(tp, spec.num_kv_heads) % min(tp, spec.num_kv_heads):
-        st.warning(f"{spec.num_kv_heads} KV heads do not split evenly over {tp} GPUs; "
-                   "vLLM refuses such a split.")
+for kind, text in tensor_parallel_notes(layout):
+    (st.warning if kind == "warning" else st.info)(text)
 rows = [
     ("per token, one layer", layout.bytes_per_token_layer),
     ("per token, all layers", layout.bytes_per_token),

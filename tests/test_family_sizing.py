@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from lab.sizing.config_reader import read_hf_config
-from lab.sizing.family_terms import family_terms
+from lab.sizing.family_terms import family_terms, tensor_parallel_notes
 from lab.sizing.kv_cache_groups import hybrid_block, kv_cache_groups
 from lab.sizing.kv_formula import kv_layout
 from lab.sizing.model_spec import ModelSpec
@@ -178,6 +178,9 @@ def test_tensor_parallel_splits_the_state_as_vllm_does() -> None:
     granite = read("granite-4.0-h-tiny.json").state
     assert granite.shapes(2) == ((3, (3_072 + 2 * 2 * 128) // 2), (24, 64, 128))
     assert not granite.splits_evenly(5)
+    notes = tensor_parallel_notes(kv_layout(read("granite-4.0-h-tiny.json"), tp=5))
+    assert ("warning", "The Mamba2 layers' widths do not split evenly over 5 GPUs; vLLM "
+            "refuses such a split.") in notes
 
 
 def test_qwen3_next_capacity_on_four_h200s_as_vllm_logs_it() -> None:

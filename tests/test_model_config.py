@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from lab.sizing.config_reader import MAX_CONFIG_BYTES, read_hf_config
 from lab.sizing.kv_formula import kv_layout
 from lab.sizing.model_spec import ConfigError, ModelSpec
+from lab.sizing.vllm_sheet import engine_block_size, vllm_sheet
 
 CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
 # A Llama-shaped config trimmed to the keys the reader reads (synthetic, for the error cases).
@@ -266,9 +267,17 @@ KEYS = ["num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head
         "multi_query", "new_decoder_architecture", "num_kv_heads", "n_head_kv", "n_layer",
         "n_embd", "attn_config", "rope_scaling", "vision_config", "n_routed_experts",
         "first_k_dense_replace", "moe_layer_freq", "num_experts", "decoder_sparse_step",
-        "mlp_only_layers", "q_lora_rank", "moe_intermediate_size", "n_positions"]
+        "mlp_only_layers", "q_lora_rank", "moe_intermediate_size", "n_positions",
+        # the families with mixed layers (lab.sizing.layer_plan)
+        "attention_chunk_size", "no_rope_layers", "num_kv_shared_layers",
+        "hybrid_override_pattern", "mamba_n_heads", "mamba_d_head", "mamba_d_state",
+        "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "linear_num_value_heads",
+        "full_attention_interval", "attn_layer_period", "mamba_d_ssm", "index_topk",
+        "index_head_dim", "qk_nope_head_dim", "mamba_ssm_cache_dtype"]
 MODEL_TYPES = st.sampled_from(["llama", "falcon", "gemma3_text", "gemma2", "qwen2", "gpt2",
-                               "deepseek_v3", "gpt_oss", "mpt", "cohere2"])
+                               "deepseek_v3", "gpt_oss", "mpt", "cohere2", "llama4_text",
+                               "gemma3n_text", "qwen3_next", "granitemoehybrid", "nemotron_h",
+                               "jamba", "falcon_h1", "minicpm3", "deepseek_v32"])
 scalars = (st.none() | st.booleans() | st.integers(-(10**25), 10**25)
            | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20))
 json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=5)
@@ -287,8 +296,12 @@ def _outcome(text: str | bytes) -> None:
         assert err.errors and all(isinstance(v, str) for v in err.errors.values())
         return
     assert isinstance(spec, ModelSpec)
-    kv_layout(spec, "fp16").sequence_bytes(4096)  # a spec the formula can always use
+    layout = kv_layout(spec, "fp16")
+    layout.sequence_bytes(4096)  # a spec the formula can always use
     spec.weight_bytes()
+    block, _ = engine_block_size(layout, 16)  # and vLLM's sheet
+    vllm_sheet(layout, available_kv_memory=1 << 30, block_size=block, max_model_len=4096,
+               max_num_batched_tokens=2048).failure()
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

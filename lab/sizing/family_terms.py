@@ -153,3 +153,30 @@ def question_explanation(layout: KVLayout) -> str:
     if idx := layout.indexer_bytes_per_token_layer:
         text += f" + {layout.kv_layers} × {idx} B of indexer keys"
     return f"{text} = {layout.bytes_per_token:,} B."
+
+
+def tensor_parallel_notes(layout: KVLayout) -> list[tuple[str, str]]:
+    """("info" or "warning", text): how tensor parallelism splits this model's cache."""
+    spec, tp, out = layout.spec, layout.tp, []
+    if tp == 1:
+        return out
+    if spec.is_mla:
+        out.append(("info", f"Tensor parallel {tp}: MLA's latent is replicated, so every GPU "
+                            "holds all of it."))
+    elif tp > spec.num_kv_heads:
+        out.append(("info", f"Tensor parallel {tp} > {spec.num_kv_heads} KV heads: each GPU "
+                            f"holds max(1, {spec.num_kv_heads} // {tp}) = 1 KV head; heads "
+                            "are replicated."))
+    else:
+        out.append(("info", f"Tensor parallel {tp}: each GPU holds {spec.num_kv_heads} // {tp} "
+                            f"= {layout.heads_per_gpu} KV heads. All sizes below are per GPU."))
+    if not spec.is_mla and max(tp, spec.num_kv_heads) % min(tp, spec.num_kv_heads):
+        out.append(("warning", f"{spec.num_kv_heads} KV heads do not split evenly over {tp} "
+                               "GPUs; vLLM refuses such a split."))
+    if spec.state and not spec.state.splits_evenly(tp):
+        out.append(("warning", f"The {spec.state.label} layers' widths do not split evenly "
+                               f"over {tp} GPUs; vLLM refuses such a split."))
+    elif spec.state:
+        out.append(("info", f"Each GPU keeps 1/{tp} of every {spec.state.label} state "
+                            f"({spec.state.page_bytes(tp):,} B per layer and sequence)."))
+    return out

@@ -17,8 +17,9 @@ instead (UniformTypeKVCacheSpecs), each layer with its own tensor.
 
 A Mamba hybrid needs an attention page that holds a state page: vLLM raises the attention
 block size to kernel_alignment x cdiv(state page, kernel_alignment x attention bytes per
-token) (16 for the FlashAttention and FlashInfer kernels), or, in "all" mode, to a multiple of
-lcm(the model's mamba chunk size, 16); then it pads the state page up to the attention page.
+token) (16 for the FlashAttention and FlashInfer kernels, 64 for MLA's), or, in "all" mode, to
+a multiple of lcm(the model's mamba chunk size, that alignment); then it pads the state page up
+to the attention page.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ FULL, MLA, SLIDING, CHUNKED = "full attention", "MLA", "sliding window", "chunke
 STATE_LABELS = frozenset(STATE_KINDS.values())
 HYBRID_GROUP_RATIO = 1.5  # _get_kv_cache_groups_uniform_page_size's "not much larger" test
 KERNEL_ALIGNMENT = 16  # the attention kernels' block-size multiple (FlashAttention, FlashInfer)
+MLA_KERNEL_ALIGNMENT = 64  # the MLA kernels' (FlashMLA)
 MAMBA_DEFAULT_CHUNK = 2048  # ModelConfig.get_mamba_chunk_size when the config names none
 
 
@@ -143,11 +145,14 @@ def hybrid_block(layout: KVLayout, asked: int, prefix_caching: bool = False
         return None
     per_token = layout.bytes_per_token_layer  # FullAttentionSpec(block_size=1).page_size_bytes
     state_page = state.page_bytes(layout.tp)
+    if not state_page:  # vLLM too returns here: no state to hold
+        return None
     mode = mamba_cache_mode(layout, prefix_caching)
+    align = MLA_KERNEL_ALIGNMENT if layout.spec.is_mla else KERNEL_ALIGNMENT
     if mode == "all":  # a multiple of the Mamba2 kernel's chunk, so cached states line up
-        chunk = math.lcm(state.chunk_size or MAMBA_DEFAULT_CHUNK, KERNEL_ALIGNMENT)
+        chunk = math.lcm(state.chunk_size or MAMBA_DEFAULT_CHUNK, align)
         needed = chunk * cdiv(cdiv(state_page, per_token), chunk)
     else:  # the smallest aligned block whose page holds one state
-        needed = KERNEL_ALIGNMENT * cdiv(state_page, KERNEL_ALIGNMENT * per_token)
+        needed = align * cdiv(state_page, align * per_token)
     block = needed if asked < needed else asked
     return HybridBlock(block, asked, state_page, block * per_token, mode)

@@ -70,11 +70,11 @@ def default_max_num_seqs(gpu_name: str, cuda_bytes: int) -> int:
 def engine_block_size(layout: KVLayout, block_size: int,
                       prefix_caching: bool = False) -> tuple[int, str]:
     """The block size the engine really uses, and why it differs from the one asked for."""
-    if layout.spec.is_mla and block_size % FLASHMLA_BLOCK:
+    hybrid = hybrid_block(layout, block_size, prefix_caching)
+    if layout.spec.is_mla and block_size % FLASHMLA_BLOCK and not hybrid:
         return FLASHMLA_BLOCK, (f"MLA on a Hopper GPU runs FlashMLA, which needs block size "
                                 f"{FLASHMLA_BLOCK}: vLLM logs 'Forcing kv cache block size to "
                                 f"{FLASHMLA_BLOCK} for FlashMLA backend'")
-    hybrid = hybrid_block(layout, block_size, prefix_caching)
     if hybrid and hybrid.raised:
         return hybrid.block_size, (
             f"a {layout.spec.state.label} state is {hybrid.state_page:,} B per layer and "
