@@ -19,6 +19,13 @@ from lab.sizing.capacity import (
     load_gpus,
 )
 from lab.sizing.config_reader import MAX_CONFIG_BYTES, read_hf_config
+from lab.sizing.family_terms import (
+    family_terms,
+    question_explanation,
+    question_shape,
+    tensor_parallel_notes,
+    terms_markdown,
+)
 from lab.sizing.kv_formula import KV_DTYPES, batch_latex, format_bytes, kv_layout, per_token_latex
 from lab.sizing.model_spec import LIMITS, ConfigError, ModelSpec, load_presets
 from lab.sizing.sheet_differences import differences
@@ -35,7 +42,7 @@ from ui.chapters import chapter_strip
 from ui.layout import bullets, explain, settings, show_figure
 from ui.predict import Question, held_back
 from ui.sidebar import sidebar
-from ui.state import choice_param, float_param, int_param
+from ui.state import bool_param, choice_param, float_param, int_param
 
 sidebar()
 chapter_strip()
@@ -50,7 +57,7 @@ MAX_LEN_KEY, DEFAULT_MAX_LEN = "max_model_len", 8192
 TP_CHOICES = [1, 2, 4, 8, 16, 32, 64]
 # Model fields: (widget key = link parameter, ModelSpec field, label).
 FIELDS = [
-    ("layers", "num_layers", "Layers"),
+    ("layers", "num_layers", "Attention layers"),
     ("heads", "num_attention_heads", "Attention heads"),
     ("kv_heads", "num_kv_heads", "KV heads"),
     ("head_dim", "head_dim", "Head dim"),
@@ -60,7 +67,7 @@ FIELDS = [
     ("sliding_layers", "num_sliding_layers", "Sliding-window layers"),
     ("max_pos", "max_position_embeddings", "Max context (0 = unknown)"),
 ]
-PARAMS_KEY, WEIGHT_KEY = "params_b", "weight_dtype"
+PARAMS_KEY, WEIGHT_KEY, PREFIX_KEY = "params_b", "weight_dtype", "prefix"
 
 
 def _fill(spec: ModelSpec) -> None:
@@ -100,8 +107,11 @@ explain(
     "How much KV cache does a token create? The guide's formula, "
     "**2 × layers × KV heads × head dim × tokens × batch × bytes per element**, done right for "
     "grouped-query attention (the KV-head term is the number of *KV* heads), explicit head "
-    "dimensions, DeepSeek's MLA (one latent per token, no factor 2) and sliding-window layers "
-    "(which keep at most `window` tokens). Paging does not change these bytes; it changes how "
+    "dimensions, DeepSeek's MLA (one latent per token, no factor 2), sliding-window and "
+    "chunked local layers (which keep at most a window or a chunk), layers that read another "
+    "layer's KV, and the Mamba or Gated DeltaNet layers of hybrids, which keep a state per "
+    "sequence instead; the table under the sizes says which term each family changes. "
+    "Paging does not change these bytes; it changes how "
     "well the pool packs them. Pick a preset, paste a `config.json` exactly as published (the "
     "keys it leaves out get the values transformers fills in, as vLLM sees them), or type "
     "every field. The capacity sheet then works the guide's formula beside vLLM's own "
@@ -177,6 +187,11 @@ with settings("Workload"):
                           max_value=1_000_000, widget="number")
     with cols[3]:
         block_size = choice_param("Block size", "block", [8, 16, 32, 64, 128], default=16)
+        prefix_caching = bool_param(
+            "Prefix caching", PREFIX_KEY, default=False,
+            help="Matters for Mamba hybrids, where vLLM keeps it opt-in (off unless "
+                 "--enable-prefix-caching; read in vLLM 0.27): on, a request keeps two "
+                 "states per layer, or one per block.")
     with cols[4]:
         tp = choice_param("Tensor-parallel GPUs", "tp", TP_CHOICES, default=1)
     st.caption(f"KV dtype {KV_DTYPES[dtype_key].label}: {KV_DTYPES[dtype_key].assumption}")
@@ -192,57 +207,52 @@ seq_bytes = layout.sequence_bytes(context)
 
 # -- KV cache size ---------------------------------------------------------------------------
 st.header("KV cache size")
+st.latex(r"\text{bytes per token} = 2 \times L \times H_{kv} \times d_{head} \times b"
+         r"\qquad\text{(the guide's formula)}")
 if spec.is_mla:
     st.latex(r"\text{bytes per token} = 1 \times L \times (r_{kv} + d_{rope}) \times b"
              r"\qquad\text{(MLA: one latent, no separate K and V)}")
-else:
-    st.latex(r"\text{bytes per token} = 2 \times L \times H_{kv} \times d_{head} \times b")
-per_gpu = f" per GPU of {tp} (tensor parallel)" if tp > 1 else ""
-shape = (f"{spec.num_layers} layers, one latent of {layout.vector_len} values per token"
-         if spec.is_mla else f"{spec.num_layers} layers, {layout.heads_per_gpu} KV heads"
-         f"{per_gpu}, head dim {spec.head_dim}")
 BYTES = Question(
-    "calc_bytes", f"{spec.name}: {shape}, KV dtype {KV_DTYPES[dtype_key].label}. How many bytes "
-    "of KV cache does one token take, over all layers?",
-    answer=layout.bytes_per_token,
-    explanation=f"{layout.vectors_per_head} ({'one latent' if spec.is_mla else 'K and V'}) × "
-                f"{spec.num_layers} layers × {layout.heads_per_gpu} "
-                f"{'latent' if spec.is_mla else 'KV head(s)'} × {layout.vector_bytes:,} B per "
-                f"vector ({layout.vector_len} values, {KV_DTYPES[dtype_key].label}) = "
-                f"{layout.bytes_per_token:,} B.",
+    "calc_bytes", f"{spec.name}: {question_shape(layout)}, KV dtype "
+    f"{KV_DTYPES[dtype_key].label}. How many bytes of KV cache does one token take, over all "
+    "layers?", answer=layout.bytes_per_token, explanation=question_explanation(layout),
     context=(spec, dtype_key, tp))
 BYTES.ask()
 with held_back(BYTES.answered, "the sizes", key="calc_sizes"):
     st.latex(per_token_latex(layout))
     st.latex(batch_latex(layout, context, batch))
-if tp > 1:
-    if spec.is_mla:
-        st.info(f"Tensor parallel {tp}: MLA's latent is replicated, so every GPU holds all of it.")
-    elif tp > spec.num_kv_heads:
-        st.info(f"Tensor parallel {tp} > {spec.num_kv_heads} KV heads: each GPU holds "
-                f"max(1, {spec.num_kv_heads} // {tp}) = 1 KV head; heads are replicated.")
-    else:
-        st.info(f"Tensor parallel {tp}: each GPU holds {spec.num_kv_heads} // {tp} = "
-                f"{layout.heads_per_gpu} KV heads. All sizes below are per GPU.")
-    if not spec.is_mla and max(tp, spec.num_kv_heads) % min(tp, spec.num_kv_heads):
-        st.warning(f"{spec.num_kv_heads} KV heads do not split evenly over {tp} GPUs; "
-                   "vLLM refuses such a split.")
+    if terms := family_terms(layout, context, block_size, prefix_caching):
+        st.markdown("**What this model's family changes in the guide's formula**")
+        st.markdown(terms_markdown(terms))
+for kind, text in tensor_parallel_notes(layout):
+    (st.warning if kind == "warning" else st.info)(text)
 rows = [
     ("per token, one layer", layout.bytes_per_token_layer),
     ("per token, all layers", layout.bytes_per_token),
     (f"per block ({block_size} slots, all layers)", layout.block_bytes(block_size)),
+    *([("recurrent state per sequence (any length)", layout.state_bytes)]
+      if spec.state else []),
     (f"per sequence ({context:,} tokens)", seq_bytes),
     (f"batch of {batch:,} sequences", seq_bytes * batch),
 ]
 st.table({"quantity": [r[0] for r in rows], "bytes": [f"{r[1]:,}" for r in rows],
           "size (GiB = 2³⁰ B; GB = 10⁹ B)": [format_bytes(r[1]) for r in rows]})
+parts = [(f"{layout.num_full_layers} full-attention layers keep {context:,} tokens",
+          layout.full_bytes(context))]
 if spec.num_sliding_layers:
-    part = st.columns(2)
-    part[0].metric(f"{layout.num_full_layers} full-attention layers keep {context:,} tokens",
-                   format_bytes(layout.full_bytes(context) * batch).split(" (")[0])
-    part[1].metric(f"{spec.num_sliding_layers} sliding layers keep "
-                   f"{layout.window_tokens(context):,} tokens (window {spec.sliding_window:,})",
-                   format_bytes(layout.sliding_bytes(context) * batch).split(" (")[0])
+    parts.append((f"{spec.num_sliding_layers} sliding layers keep "
+                  f"{layout.window_tokens(context):,} tokens (window {spec.sliding_window:,})",
+                  layout.sliding_bytes(context)))
+if spec.num_chunked_layers:
+    parts.append((f"{spec.num_chunked_layers} chunked layers keep "
+                  f"{layout.chunk_tokens(context):,} tokens (chunk "
+                  f"{spec.attention_chunk_size:,})", layout.chunked_bytes(context)))
+if spec.state:
+    parts.append((f"{spec.state.num_layers} {spec.state.label} layers keep a state",
+                  layout.state_bytes))
+if len(parts) > 1:
+    for col, (label, size) in zip(st.columns(len(parts)), parts, strict=True):
+        col.metric(label, format_bytes(size * batch).split(" (")[0])
 
 # -- capacity sheets -------------------------------------------------------------------------
 st.header("Capacity sheet")
@@ -283,6 +293,7 @@ with settings("GPU and engine"):
                             default=0, min_value=0, max_value=1 << 20, widget="number",
                             help="The token budget of one step; a sliding-window layer "
                                  "keeps room for one such prefill chunk.")
+
 custom_gpu = gpu_name == CUSTOM
 driver_bytes = int(gpu_gib * GIB) if custom_gpu else gpus[gpu_name].memory_bytes
 cuda_bytes = driver_bytes if custom_gpu else gpus[gpu_name].cuda_bytes
@@ -292,11 +303,11 @@ reserve = int(reserve_gib * GIB)
 plain = capacity_sheet(layout, gpu_bytes=driver_bytes, utilization=utilization,
                        weight_bytes=weights, reserve_bytes=reserve, block_size=block_size,
                        context=context)
-engine_block, block_note = engine_block_size(layout, block_size)
+engine_block, block_note = engine_block_size(layout, block_size, prefix_caching)
 sheet = vllm_sheet_from_gpu(layout, total_memory=cuda_bytes, utilization=utilization,
                             weights_memory=weights, other_memory=reserve,
                             block_size=engine_block, max_model_len=max_model_len,
-                            max_num_batched_tokens=batched)
+                            max_num_batched_tokens=batched, prefix_caching=prefix_caching)
 if custom_gpu:
     st.caption("A custom card: both sheets start from the memory you typed.")
 else:

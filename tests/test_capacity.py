@@ -160,3 +160,20 @@ def test_every_gpu_preset_carries_the_rates_the_cost_model_uses() -> None:
         step = model.iteration(new_tokens=1, context_tokens=0, attn_pairs=0)
         moved = model.weight_bytes + model.kv_bytes_per_token
         assert step.memory_s == pytest.approx(moved / (gpu.bandwidth_gbs * 1e9))
+
+
+def test_the_figure_and_the_plain_sheet_count_a_recurrent_state() -> None:
+    from lab.figures.calculator import kv_vs_context_figure
+
+    qwen = kv_layout(load_presets()["Qwen3-Next-80B-A3B"], "fp16")  # 24,576 B per token
+    fig = kv_vs_context_figure(qwen, 1, 8192, kv_budget_bytes=GIB)
+    assert [t.name for t in fig.data] == ["full-attention layers", "Gated DeltaNet state"]
+    # (1 GiB - 39,518,208 B of state) / 24,576 B per token = 42,082.7: 42,082 tokens fit.
+    assert "budget full at 42,082 tokens" in [a.text for a in fig.layout.annotations]
+    # The plain sheet counts the state as the blocks its bytes fill: 8,192 / 16 = 512 blocks
+    # of KV, and 39,518,208 / (16 x 24,576) = 100.5 blocks of state.
+    sheet = kv_budget_sheet(qwen, 10 * GIB, 16, 8192)
+    assert sheet.seq_blocks == pytest.approx(512 + 100.5)
+    scout = kv_layout(load_presets()["Llama-4-Scout"], "fp16")
+    assert [t.name for t in kv_vs_context_figure(scout, 1, 8192).data] == [
+        "full-attention layers", "chunked local layers"]

@@ -33,12 +33,23 @@ GOLDEN_BYTES_PER_TOKEN = {
     "DeepSeek-V2-Lite": 27 * (512 + 64) * 2,  # 31,104
     "DeepSeek-V3": 61 * (512 + 64) * 2,  # 70,272: one latent, no factor 2
     "SmolLM2-135M": 2 * 30 * 3 * 64 * 2,  # 23,040
+    # The families with mixed layers (tests/test_family_sizing.py derives them in full):
+    # "layers" is the layers that hold KV.
+    "Llama-4-Scout": 2 * 48 * 8 * 128 * 2,  # 196,608 (36 of them chunked)
+    "Qwen3-Next-80B-A3B": 2 * 12 * 2 * 256 * 2,  # 24,576: 12 of 48 layers attend
+    "Granite-4.0-H-Tiny": 2 * 4 * 4 * 128 * 2,  # 8,192: 4 of 40 layers attend
+    "Jamba-1.5-Mini": 2 * 4 * 8 * 128 * 2,  # 16,384: 4 of 32 layers attend
+    "Falcon-H1-7B": 2 * 44 * 2 * 128 * 2,  # 45,056 (and a Mamba2 state per layer)
+    "Gemma-3n-E4B": 2 * 20 * 2 * 256 * 2,  # 40,960: 15 of 35 layers share KV
+    "MiniCPM3-4B": 2 * 62 * 40 * 96 * 2,  # 952,320: K and V per head, not a latent
+    "DeepSeek-V3.2-Exp": 61 * ((512 + 64) * 2 + 132),  # 78,324: latent and indexer key
 }
 # (sliding-window layers, window) for the presets that have them.
 GOLDEN_SLIDING = {"Mistral-7B-v0.1": (32, 4096), "Gemma-2-9B": (21, 4096),
                   "Gemma-3-4B": (29, 1024), "Gemma-3-27B": (52, 1024),
                   "Phi-3-mini-4k": (32, 2047), "Command-R7B": (24, 4096),
-                  "GPT-OSS-20B": (12, 128), "GPT-OSS-120B": (18, 128)}
+                  "GPT-OSS-20B": (12, 128), "GPT-OSS-120B": (18, 128),
+                  "Gemma-3n-E4B": (16, 512)}
 
 
 def test_every_preset_has_a_golden_value() -> None:
@@ -133,3 +144,25 @@ def test_latex_substitutes_the_numbers() -> None:
     assert r"\min(8{,}192, 4{,}096)" in sliding
     total = 2 * (21 * 8192 + 21 * 4096) * 2 * 8 * 256 * 2
     assert f"{total:,}".replace(",", "{,}") in sliding
+
+
+def test_chunked_layers_keep_one_chunk_and_the_blocks_from_its_start() -> None:
+    scout = kv_layout(load_presets()["Llama-4-Scout"], "fp16")  # 12 full, 36 chunked of 8,192
+    per_layer = 2 * 8 * 128 * 2
+    assert scout.chunked_bytes(10_000) == 36 * per_layer * 8_192
+    assert scout.chunked_bytes(5_000) == 36 * per_layer * 5_000
+    # At 10,000 tokens the current chunk starts at token 8,192 = block 512: a chunked layer
+    # spans blocks 512..624, 113 of them; a full one all cdiv(10,000, 16) = 625.
+    assert scout.layer_blocks(10_000, 16) == 12 * 625 + 36 * 113
+
+
+def test_latex_shows_what_each_family_adds() -> None:
+    presets = load_presets()
+    qwen = batch_latex(kv_layout(presets["Qwen3-Next-80B-A3B"], "fp16"), 8192, 1)
+    assert r"\text{Gated DeltaNet state}" in qwen and r"36 \times 1{,}097{,}728" in qwen
+    scout = batch_latex(kv_layout(presets["Llama-4-Scout"], "fp16"), 8192, 1)
+    assert r"36 \times 4{,}096 \times \min(8{,}192, 8{,}192)" in scout
+    v32 = per_token_latex(kv_layout(presets["DeepSeek-V3.2-Exp"], "fp8"))
+    assert "indexer" in v32 and "fp8_ds_mla" in v32 and "48{,}068" in v32
+    shared = per_token_latex(kv_layout(presets["Gemma-3n-E4B"], "fp16"))
+    assert r"\underbrace{20}_{\text{layers}}" in shared

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from lab.sizing.config_reader import MAX_CONFIG_BYTES, read_hf_config
 from lab.sizing.kv_formula import kv_layout
 from lab.sizing.model_spec import ConfigError, ModelSpec
+from lab.sizing.vllm_sheet import engine_block_size, vllm_sheet
 
 CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
 # A Llama-shaped config trimmed to the keys the reader reads (synthetic, for the error cases).
@@ -95,10 +96,20 @@ def test_other_families_names_for_the_same_keys() -> None:
     assert (mpt.num_kv_heads, mpt.max_position_embeddings) == (8, 8192)
 
 
-def test_chunked_local_attention_is_named_not_hidden() -> None:
-    spec = read({**LLAMA, "attention_chunk_size": 8192})
-    assert spec.num_sliding_layers == 0
-    assert any("chunked local attention is not modelled" in note for note in spec.notes)
+def test_chunked_local_attention_is_llama_4s() -> None:
+    # Policy change (issue 28): chunked local attention is now modelled. vLLM's Llama4Attention
+    # gives it to the RoPE layers; without no_rope_layers, Llama4TextConfig's default makes
+    # every 4th layer NoPE (full attention): 24 chunked + 8 full of 32.
+    spec = read({**LLAMA, "model_type": "llama4_text", "attention_chunk_size": 8192})
+    assert (spec.num_chunked_layers, spec.attention_chunk_size) == (24, 8192)
+    assert kv_layout(spec).num_full_layers == 8
+    flags = read({**LLAMA, "model_type": "llama4_text", "attention_chunk_size": 8192,
+                  "no_rope_layers": [1, 0] * 16})
+    assert flags.num_chunked_layers == 16
+    # Other families' attention ignores the key, and the note says so.
+    other = read({**LLAMA, "attention_chunk_size": 8192})
+    assert other.num_chunked_layers == 0
+    assert any("attention_chunk_size ignored" in note for note in other.notes)
 
 
 def test_an_unknown_family_says_the_generic_rules_apply() -> None:
@@ -189,6 +200,24 @@ def test_mla_reads_one_latent_and_counts_its_projections() -> None:
      "whole number"),
     ({"model_type": "mpt", "d_model": 64, "n_layers": 2, "n_heads": 8,
       "attn_config": {"kv_n_heads": "all"}}, "attn_config.kv_n_heads", "whole number"),
+    # The families with mixed layers name what they could not read.
+    ({**LLAMA, "model_type": "llama4_text", "attention_chunk_size": 8192,
+      "no_rope_layers": [1, 2] * 16}, "no_rope_layers", "0 or 1"),
+    ({**LLAMA, "model_type": "nemotron_h", "hybrid_override_pattern": "M*" * 8},
+     "hybrid_override_pattern", "each of the 32 layers"),
+    ({**LLAMA, "model_type": "nemotron_h"}, "hybrid_override_pattern", "missing"),
+    ({**LLAMA, "model_type": "granitemoehybrid"}, "layer_types", "missing"),
+    ({**LLAMA, "model_type": "granitemoehybrid", "layer_types": ["mamba"] * 32,
+      "mamba_n_heads": 8, "mamba_d_head": 64, "mamba_d_state": 16}, "num_hidden_layers",
+     "no attention layer"),
+    ({**LLAMA, "model_type": "qwen3_next", "layer_types": ["conv"] * 32}, "layer_types",
+     "cannot model"),
+    ({**LLAMA, "model_type": "qwen3_next", "linear_num_value_heads": 0},
+     "linear_num_value_heads", "between"),
+    ({**LLAMA, "model_type": "falcon_h1", "mamba_n_heads": 8, "mamba_d_head": "x",
+      "mamba_d_state": 16}, "mamba_d_head", "whole number"),
+    ({**LLAMA, "model_type": "gemma3n_text", "num_kv_shared_layers": 40,
+      "layer_types": ["full_attention"] * 32}, "num_kv_shared_layers", "must hold"),
 ])
 def test_errors_name_the_field(config: dict, field: str, words: str) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -238,9 +267,17 @@ KEYS = ["num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head
         "multi_query", "new_decoder_architecture", "num_kv_heads", "n_head_kv", "n_layer",
         "n_embd", "attn_config", "rope_scaling", "vision_config", "n_routed_experts",
         "first_k_dense_replace", "moe_layer_freq", "num_experts", "decoder_sparse_step",
-        "mlp_only_layers", "q_lora_rank", "moe_intermediate_size", "n_positions"]
+        "mlp_only_layers", "q_lora_rank", "moe_intermediate_size", "n_positions",
+        # the families with mixed layers (lab.sizing.layer_plan)
+        "attention_chunk_size", "no_rope_layers", "num_kv_shared_layers",
+        "hybrid_override_pattern", "mamba_n_heads", "mamba_d_head", "mamba_d_state",
+        "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "linear_num_value_heads",
+        "full_attention_interval", "attn_layer_period", "mamba_d_ssm", "index_topk",
+        "index_head_dim", "qk_nope_head_dim", "mamba_ssm_cache_dtype"]
 MODEL_TYPES = st.sampled_from(["llama", "falcon", "gemma3_text", "gemma2", "qwen2", "gpt2",
-                               "deepseek_v3", "gpt_oss", "mpt", "cohere2"])
+                               "deepseek_v3", "gpt_oss", "mpt", "cohere2", "llama4_text",
+                               "gemma3n_text", "qwen3_next", "granitemoehybrid", "nemotron_h",
+                               "jamba", "falcon_h1", "minicpm3", "deepseek_v32"])
 scalars = (st.none() | st.booleans() | st.integers(-(10**25), 10**25)
            | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20))
 json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=5)
@@ -259,8 +296,12 @@ def _outcome(text: str | bytes) -> None:
         assert err.errors and all(isinstance(v, str) for v in err.errors.values())
         return
     assert isinstance(spec, ModelSpec)
-    kv_layout(spec, "fp16").sequence_bytes(4096)  # a spec the formula can always use
+    layout = kv_layout(spec, "fp16")
+    layout.sequence_bytes(4096)  # a spec the formula can always use
     spec.weight_bytes()
+    block, _ = engine_block_size(layout, 16)  # and vLLM's sheet
+    vllm_sheet(layout, available_kv_memory=1 << 30, block_size=block, max_model_len=4096,
+               max_num_batched_tokens=2048).failure()
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -235,3 +235,30 @@ def test_bytes_per_token_is_asked_before_the_sizes_are_readable() -> None:
     assert "held back" not in messages(at, "caption")
     changed = run_page({"kv_dtype": "fp8"})  # another config asks again
     assert "The sizes held back" in messages(changed, "caption")
+
+
+def test_a_hybrid_shows_what_its_family_changes_and_the_block_vllm_picks() -> None:
+    at = run_page({"model": "Qwen3-Next-80B-A3B", "tp": "4", "gpu": "H200 141 GB"})
+    assert not at.exception
+    assert r"2 \times L \times H_{kv} \times d_{head} \times b" in latex(at)  # the guide's
+    text = messages(at, "markdown")
+    assert "the other 36 are Gated DeltaNet layers, which keep no KV" in text
+    assert "raises the block size from 16 to 272 tokens" in text  # tests/test_family_sizing.py
+    assert "Setting attention block size to 272 tokens" in at.code[0].value
+    assert "GPU KV cache size: 1,890,944 tokens" in at.code[0].value
+    assert vllm_values(at)["Maximum concurrency for 262,144 tokens per request"] == "28.76x"
+    assert "one state page per layer (prefix caching is off)" in text
+    at.toggle(key="prefix").set_value(True).run()
+    assert "two state pages per layer" in messages(at, "markdown")
+    assert shared_link(at)["prefix"] == "1"
+
+
+def test_pasted_family_configs_show_their_terms() -> None:
+    at = paste(run_page(), "llama-4-scout-17b-16e.json")
+    assert not at.exception
+    assert "36 chunked local layers attend within 8,192-token chunks" in messages(at, "markdown")
+    at = paste(at, "minicpm3-4b.json")
+    assert (at.number_input(key="kv_heads").value, at.number_input(key="head_dim").value) == (
+        40, 96)
+    assert "caches K and V for all 40 heads" in messages(at, "markdown")
+    assert "952{,}320" in latex(at)

@@ -12,6 +12,9 @@ from lab.sizing.kv_formula import KV_DTYPES, KVLayout, kv_layout
 
 FULL_COLOR = PALETTE[0]
 SLIDING_COLOR = PALETTE[4]
+CHUNKED_COLOR = PALETTE[2]
+STATE_COLOR = PALETTE[5]
+NEVER_FILLS = 10**10  # tokens: a cache that still fits here never fills the budget
 BUDGET_COLOR = HIGHLIGHT_COLOR
 POINTS = 200
 
@@ -25,20 +28,28 @@ def _base(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
 
 def kv_vs_context_figure(layout: KVLayout, batch: int, context: int,
                          kv_budget_bytes: int | None = None) -> go.Figure:
-    """KV cache of the whole batch against context length; sliding-window layers stacked apart."""
-    top = max(2 * context, 2 * layout.spec.sliding_window if layout.spec.num_sliding_layers else 0)
+    """The batch's cache against context length, stacked by layer kind: full-attention,
+    sliding-window and chunked local layers, and a recurrent state that does not grow."""
+    spec = layout.spec
+    limits = [spec.sliding_window if spec.num_sliding_layers else 0,
+              spec.attention_chunk_size if spec.num_chunked_layers else 0]
+    top = max(2 * context, *(2 * limit for limit in limits))
     fill = _context_at_budget(layout, batch, kv_budget_bytes)
     if fill is not None and top < fill <= 64 * context:
         top = int(fill * 1.15)  # show where the batch runs out of KV budget
     contexts = np.unique(np.linspace(1, top, POINTS).astype(np.int64))  # [points]
-    full = np.array([layout.full_bytes(int(t)) for t in contexts]) * batch / GIB  # [points]
-    sliding = np.array([layout.sliding_bytes(int(t)) for t in contexts]) * batch / GIB
+    kinds = [("full-attention layers", layout.full_bytes, FULL_COLOR, layout.num_full_layers),
+             ("sliding-window layers", layout.sliding_bytes, SLIDING_COLOR,
+              spec.num_sliding_layers),
+             ("chunked local layers", layout.chunked_bytes, CHUNKED_COLOR,
+              spec.num_chunked_layers),
+             (f"{spec.state.label} state" if spec.state else "", lambda _: layout.state_bytes,
+              STATE_COLOR, spec.state.num_layers if spec.state else 0)]
     fig = go.Figure()
-    fig.add_scatter(x=contexts, y=full, name="full-attention layers", stackgroup="kv",
-                    line_color=FULL_COLOR)
-    if layout.spec.num_sliding_layers:
-        fig.add_scatter(x=contexts, y=sliding, name="sliding-window layers", stackgroup="kv",
-                        line_color=SLIDING_COLOR)
+    for name, size, color, layers in kinds:
+        if layers or name == "full-attention layers":
+            gib = np.array([size(int(t)) for t in contexts]) * batch / GIB  # [points]
+            fig.add_scatter(x=contexts, y=gib, name=name, stackgroup="kv", line_color=color)
     if kv_budget_bytes is not None and kv_budget_bytes > 0:
         fig.add_hline(y=kv_budget_bytes / GIB, line_color=BUDGET_COLOR, line_dash="dash",
                       annotation_text=f"KV budget of the card: {kv_budget_bytes / GIB:,.1f} GiB",
@@ -53,8 +64,9 @@ def kv_vs_context_figure(layout: KVLayout, batch: int, context: int,
                       annotation_position="top left")
     # A fixed range: plotly would widen its autorange to make room for the labels.
     fig.update_xaxes(title="context length (tokens per sequence)", range=[0, top])
-    fig.update_yaxes(title=f"KV cache for batch {batch:,} (GiB)", rangemode="tozero")
-    fig = _base(fig, "KV memory against context length", height=420)
+    what = "KV cache and state" if spec.state else "KV cache"
+    fig.update_yaxes(title=f"{what} for batch {batch:,} (GiB)", rangemode="tozero")
+    fig = _base(fig, f"{what} against context length", height=420)
     # The legend goes under the plot: on a narrow screen it would cover the title.
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, x=0),
                       margin=dict(l=70, r=30, t=60, b=110))
@@ -62,17 +74,20 @@ def kv_vs_context_figure(layout: KVLayout, batch: int, context: int,
 
 
 def _context_at_budget(layout: KVLayout, batch: int, kv_budget_bytes: int | None) -> int | None:
-    """Largest context whose batch KV fits the budget (None: no budget, or it never fills)."""
+    """Largest context whose batch fits the budget (None: no budget, or it never fills, as
+    when every layer keeps a window): a binary search, the cache growing with the context."""
     if not kv_budget_bytes or kv_budget_bytes <= 0:
         return None
-    tokens = kv_budget_bytes // (batch * layout.bytes_per_token_layer)  # layer-tokens
-    full, sliding = layout.num_full_layers, layout.spec.num_sliding_layers
-    window = layout.spec.sliding_window
-    if sliding and tokens > layout.spec.num_layers * window:  # past the window, full layers grow
-        if not full:
-            return None
-        return int((tokens - sliding * window) // full)
-    return int(tokens // layout.spec.num_layers)
+    def fits(tokens: int) -> bool:
+        return layout.sequence_bytes(tokens) * batch <= kv_budget_bytes
+
+    if fits(NEVER_FILLS):
+        return None
+    low, high = 0, NEVER_FILLS  # fits(low), not fits(high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
 
 
 def memory_split_figure(sheet: CapacitySheet, batch_kv_bytes: int) -> go.Figure:

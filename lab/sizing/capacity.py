@@ -8,6 +8,9 @@ KV budget. The budget is cut into blocks of `block_size` slots across all layers
     num_blocks = budget // block_bytes      tokens = num_blocks x block_size
     max concurrency at context T = num_blocks / blocks one T-token sequence needs
 
+A recurrent layer's state (Mamba hybrids) is not in blocks in this view: it is counted as the
+blocks its bytes would fill, once per sequence.
+
 `lab.sizing.vllm_sheet` does the same step by step the way vLLM v1 computes and logs it (the
 memory CUDA reports, KV-cache groups, concurrency at max_model_len); the page shows both.
 """
@@ -107,8 +110,10 @@ def capacity_sheet(layout: KVLayout, *, gpu_bytes: int, utilization: float, weig
         raise ValueError("block size and context must be at least 1")
     block_bytes = layout.block_bytes(block_size)
     budget = int(gpu_bytes * utilization) - weight_bytes - reserve_bytes
-    # A sliding layer holds fewer blocks than a full one; count in all-layer block units.
-    seq_blocks = layout.layer_blocks(context, block_size) / layout.spec.num_layers
+    # A windowed layer holds fewer blocks than a full one; count in all-layer block units, and
+    # a recurrent state as the blocks its bytes would fill.
+    seq_blocks = (layout.layer_blocks(context, block_size) / layout.kv_layers
+                  + layout.state_bytes / block_bytes)
     return CapacitySheet(gpu_bytes, utilization, weight_bytes, reserve_bytes, block_size,
                          block_bytes, context, blocks_for_budget(budget, block_bytes), seq_blocks)
 

@@ -10,10 +10,11 @@ that object, not the file, is what vLLM reads; the notes say which ones were fil
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
-from lab.sizing.hf_defaults import MAX_LEN_KEYS, Resolved, resolve
+from lab.sizing.config_fields import Fields, is_whole, show
+from lab.sizing.hf_defaults import MAX_LEN_KEYS, resolve
+from lab.sizing.layer_plan import LayerPlan, layer_plan
 from lab.sizing.model_spec import LIMITS, ConfigError, ModelSpec
 from lab.sizing.params import count_params
 from lab.sizing.weights import loaded_dtype
@@ -76,92 +77,71 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def is_whole(value: Any) -> bool:
-    """A JSON number that is an integer (bools are not numbers here; 32.0 counts as 32)."""
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return True
-    return (isinstance(value, float) and math.isfinite(value) and value.is_integer()
-            and abs(value) < 2**53)
-
-
 # Spec field -> the config key it is read from (error messages use the file's own name).
 _CONFIG_KEY = {"num_layers": "num_hidden_layers", "num_kv_heads": "num_key_value_heads",
                "num_attention_heads": "num_attention_heads", "head_dim": "head_dim",
                "kv_lora_rank": "kv_lora_rank", "qk_rope_head_dim": "qk_rope_head_dim",
                "sliding_window": "sliding_window", "num_sliding_layers": "layer_types",
                "max_position_embeddings": "max_position_embeddings"}
-_READ_LIMITS = {"hidden_size": (1, 10**7), "layer_index": (1, 1_000)}
 _SLIDING_TYPES = {"sliding_attention", "sliding_window", "local"}
 _FULL_TYPES = {"full_attention", "global", "attention"}
 # vLLM's _get_and_verify_max_len: these RoPE types already state the long context in
 # max_position_embeddings; the others multiply it by their factor.
 _ROPE_KEEPS_LENGTH = {"su", "longrope", "llama3"}
 VLLM_DEFAULT_MAX_LEN = 2048  # vLLM's guess when a config has no length key at all
-
-
-class _Fields:
-    """Reads typed fields from a resolved config, collecting one error per bad field (under
-    the name the file uses for it)."""
-
-    def __init__(self, view: Resolved):
-        self.view = view
-        self.config = view.values
-        self.errors: dict[str, str] = {}
-        self.notes = view.notes
-
-    def present(self, key: str) -> bool:
-        return self.config.get(key) is not None
-
-    def whole(self, key: str, limits: str, *, required: bool = False, default: int = 0) -> int:
-        """The integer at `key`, checked against LIMITS[limits] (or _READ_LIMITS)."""
-        name = self.view.key(key)
-        if not self.present(key):
-            if required:
-                self.errors[name] = "missing"
-            return default
-        value = self.config[key]
-        if not is_whole(value):
-            self.errors[name] = f"must be a whole number, got {_show(value)}"
-            return default
-        low, high = LIMITS.get(limits) or _READ_LIMITS[limits]
-        if not low <= int(value) <= high:
-            self.errors[name] = f"must be between {low:,} and {high:,}, got {int(value):,}"
-            return default
-        return int(value)
+# Families whose config has MLA's keys but whose vLLM attention caches K and V per head.
+MLA_SHAPED_MHA = frozenset({"minicpm3"})
+# Families whose parameters the lab does not count (recurrent layers, per-layer embeddings).
+NOT_COUNTED = frozenset({"llama4_text", "gemma3n_text", "qwen3_next", "granitemoehybrid",
+                         "nemotron_h", "jamba", "falcon_h1"})
 
 
 def spec_from_config(config: dict[str, Any], name: str = "config.json") -> ModelSpec:
     """Build a ModelSpec from a parsed config dict (multimodal configs: from `text_config`)."""
     text = config.get("text_config")
     if text is not None and not isinstance(text, dict):
-        raise ConfigError({"text_config": f"must be an object, got {_show(text)}"})
-    fields = _Fields(resolve(config, text))
+        raise ConfigError({"text_config": f"must be an object, got {show(text)}"})
+    fields = Fields(resolve(config, text))
     layers = fields.whole("num_hidden_layers", "num_layers", required=True)
     heads = fields.whole("num_attention_heads", "num_attention_heads", required=True)
     kv_heads = fields.whole("num_key_value_heads", "num_kv_heads", default=heads)
     kv_lora_rank = fields.whole("kv_lora_rank", "kv_lora_rank")
     rope_dim = fields.whole("qk_rope_head_dim", "qk_rope_head_dim", required=kv_lora_rank > 0)
-    if kv_lora_rank:
+    model_type = fields.view.model_type
+    if kv_lora_rank and model_type in MLA_SHAPED_MHA:
+        kv_heads, head_dim = _cached_as_mha(fields, heads, rope_dim)
+        kv_lora_rank = rope_dim = 0
+    elif kv_lora_rank:
         # MLA caches one latent "head" of kv_lora_rank + rope values; heads and head_dim of
         # the queries do not enter the cache.
         fields.notes.append(f"MLA: one latent of {kv_lora_rank} + {rope_dim} values per token "
                             "and layer, cached once (no separate K and V)")
-    elif not fields.present("num_key_value_heads"):
-        fields.notes.append("num_key_value_heads absent: multi-head attention "
-                            "(one KV head per attention head)")
-    head_dim = 0 if kv_lora_rank else _head_dim(fields, heads)
-    window, sliding = _sliding(fields, layers)
+        head_dim = 0
+    else:
+        if not fields.present("num_key_value_heads"):
+            fields.notes.append("num_key_value_heads absent: multi-head attention "
+                                "(one KV head per attention head)")
+        head_dim = _head_dim(fields, heads)
+    plan = layer_plan(fields, layers)
+    if plan is None:
+        window, sliding = _sliding(fields, layers)
+        plan = LayerPlan(layers, window=window, sliding=sliding)
+    index_dim = _index_head_dim(fields, kv_lora_rank)
+    if model_type == "gpt_oss":
+        fields.notes.append("attention sinks: one learned logit per head and layer, kept in "
+                            "the weights; the KV cache does not change")
     max_len = _max_model_len(fields)
-    count = count_params(fields.config, fields.view.model_type, layers, heads, kv_heads,
-                         head_dim) if not fields.errors else None
+    count = count_params(fields.config, model_type, layers, heads, kv_heads, head_dim) \
+        if not fields.errors and model_type not in NOT_COUNTED else None
     if count is not None and count.total <= LIMITS["num_params"][1]:
         fields.notes.append(f"parameter count estimated from the shapes: "
                             f"{count.total / 1e9:.2f} B")
     else:
         count = None
-        fields.notes.append("parameter count not estimated: type it for the capacity sheet")
+        why = f" ({model_type}'s layers are not in the lab's count)" \
+            if model_type in NOT_COUNTED else ""
+        fields.notes.append(f"parameter count not estimated{why}: type it for the capacity "
+                            "sheet")
     loaded = loaded_dtype(fields.config)
     if loaded.note:
         fields.notes.append(loaded.note)
@@ -169,11 +149,15 @@ def spec_from_config(config: dict[str, Any], name: str = "config.json") -> Model
         raise ConfigError(fields.errors)
     try:
         return ModelSpec(
-            name=name, num_layers=layers, num_attention_heads=heads,
+            name=name, num_layers=plan.attention, num_attention_heads=heads,
             num_kv_heads=1 if kv_lora_rank else kv_heads,
             head_dim=kv_lora_rank + rope_dim if kv_lora_rank else head_dim,
-            kv_lora_rank=kv_lora_rank, qk_rope_head_dim=rope_dim, sliding_window=window,
-            num_sliding_layers=sliding, max_position_embeddings=max_len,
+            kv_lora_rank=kv_lora_rank, qk_rope_head_dim=rope_dim, sliding_window=plan.window,
+            num_sliding_layers=plan.sliding, attention_chunk_size=plan.chunk,
+            num_chunked_layers=plan.chunked, num_kv_shared_layers=plan.shared,
+            index_head_dim=index_dim, attention_sinks=model_type == "gpt_oss",
+            state=plan.state, model_type=model_type, max_position_embeddings=max_len,
+            decoder_layers=layers if plan.attention != layers or plan.state else 0,
             num_params=count.total if count else 0,
             unquantized_params=count.unquantized if count else 0,
             expert_params=count.experts if count else 0, weight_dtype=loaded.weight_dtype,
@@ -183,7 +167,28 @@ def spec_from_config(config: dict[str, Any], name: str = "config.json") -> Model
                            for k, v in err.errors.items()}) from None
 
 
-def _head_dim(fields: _Fields, heads: int) -> int:
+def _cached_as_mha(fields: Fields, heads: int, rope_dim: int) -> tuple[int, int]:
+    """(KV heads, head dim): MiniCPM3's attention in vLLM expands the latent into K and V for
+    every head before caching them (MiniCPM3Attention), V padded to the key's width."""
+    nope = fields.whole("qk_nope_head_dim", "head_dim", required=True)
+    fields.notes.append(f"{fields.view.model_type}: the config has MLA's keys, but vLLM caches "
+                        f"K and V for all {heads} heads, each {nope} + {rope_dim} = "
+                        f"{nope + rope_dim} wide (V padded to it), not one latent")
+    return heads, nope + rope_dim
+
+
+def _index_head_dim(fields: Fields, kv_lora_rank: int) -> int:
+    """DeepSeek-V3.2's indexer key width: vLLM builds the indexer when index_topk is set."""
+    if not kv_lora_rank or not fields.present("index_topk"):
+        return 0
+    dim = fields.whole("index_head_dim", "index_head_dim", default=128)
+    fields.notes.append(f"sparse attention indexer: each MLA layer also caches a {dim}-value "
+                        f"fp8 key with one fp32 scale per 128 values ({dim + dim // 128 * 4} B "
+                        "per token), whatever the KV dtype")
+    return dim
+
+
+def _head_dim(fields: Fields, heads: int) -> int:
     """The explicit head_dim (or the family's default), else hidden_size / heads, as vLLM's
     ModelConfig.get_head_size does."""
     if fields.present("head_dim"):
@@ -202,15 +207,14 @@ def _head_dim(fields: _Fields, heads: int) -> int:
     return 0
 
 
-def _sliding(fields: _Fields, layers: int) -> tuple[int, int]:
+def _sliding(fields: Fields, layers: int) -> tuple[int, int]:
     """(window, number of sliding-window layers): from layer_types when the file has it, else
     from the sliding pattern (the file's or the family's default), else every layer slides."""
     window = fields.whole("sliding_window", "sliding_window")
-    if fields.present("attention_chunk_size"):  # Llama 4
-        fields.notes.append("attention_chunk_size: chunked local attention is not modelled; "
-                            "those layers count as full attention here (vLLM's "
-                            "ChunkedLocalAttentionSpec keeps at most one chunk plus one "
-                            "prefill batch)")
+    if fields.present("attention_chunk_size"):
+        fields.notes.append(f"attention_chunk_size ignored: vLLM's chunked local attention is "
+                            f"Llama 4's; {fields.view.model_type or 'this model'}'s layers "
+                            "attend to every token")
     types = fields.config.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
@@ -218,7 +222,7 @@ def _sliding(fields: _Fields, layers: int) -> tuple[int, int]:
             return 0, 0
         unknown = sorted(set(types) - _SLIDING_TYPES - _FULL_TYPES)
         if unknown:
-            fields.errors["layer_types"] = f"cannot model layer type {_show(unknown[0])}"
+            fields.errors["layer_types"] = f"cannot model layer type {show(unknown[0])}"
             return 0, 0
         if layers and len(types) != layers:
             fields.errors["layer_types"] = f"{len(types)} entries for {layers} layers"
@@ -250,7 +254,7 @@ def _sliding(fields: _Fields, layers: int) -> tuple[int, int]:
     return (window, count) if count else (0, 0)
 
 
-def _max_model_len(fields: _Fields) -> int:
+def _max_model_len(fields: Fields) -> int:
     """The context vLLM serves by default (_get_and_verify_max_len): the smallest length key
     the config has (2048 when none), times the rope_scaling factor for RoPE types that do not
     already count it (yarn from original_max_position_embeddings). Gemma 3's length is already
@@ -279,8 +283,3 @@ def _max_model_len(fields: _Fields) -> int:
         fields.notes.append(f"rope_scaling {rope_type} x {factor:g}: vLLM's max_model_len is "
                             f"{scaled:,}, not max_position_embeddings {length:,}")
     return scaled
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."

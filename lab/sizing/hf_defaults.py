@@ -114,7 +114,8 @@ TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
 # A multimodal config's outer model_type -> the type of its text_config, when that one does
 # not say (Gemma3Config builds a Gemma3TextConfig; LLaVA's default text model is Llama).
 TEXT_CONFIG_TYPES = {"gemma3": "gemma3_text", "llava": "llama", "llava_next": "llama",
-                     "mistral3": "mistral", "paligemma": "gemma"}
+                     "mistral3": "mistral", "paligemma": "gemma", "llama4": "llama4_text",
+                     "gemma3n": "gemma3n_text"}
 # Families whose MLP is up-projection, activation, down-projection (two matrices, no gate).
 UNGATED_MLP_TYPES = frozenset({"falcon", "gpt2", "gpt_bigcode", "gpt_neox", "gptj", "opt",
                                "bloom", "phi", "starcoder2", "mpt"})

@@ -1,11 +1,12 @@
 """What the KV formula needs to know about a model: `ModelSpec`, and the presets.
 
 `ModelSpec` holds the attention geometry (layers, KV heads, head dimension, MLA latent, sliding
-windows), the context vLLM serves by default, and the weights for the capacity sheet: the
-parameter count, the format vLLM loads them in, and the parts a quantized format leaves in 16
-bits. Every field is checked on construction (`spec_errors`); `ConfigError` names each bad
-field. The presets are `assets/models.json`; `lab.sizing.config_reader` builds a spec from a
-Hugging Face config.json.
+windows, chunked local attention, layers that share another layer's KV, DeepSeek-V3.2's indexer),
+the recurrent state of Mamba and Gated DeltaNet layers (`lab.sizing.state_spec`), the context
+vLLM serves by default, and the weights for the capacity sheet: the parameter count, the format
+vLLM loads them in, and the parts a quantized format leaves in 16 bits. Every field is checked
+on construction (`spec_errors`); `ConfigError` names each bad field. The presets are
+`assets/models.json`; `lab.sizing.config_reader` builds a spec from a Hugging Face config.json.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import fields as dataclass_fields
 from functools import cache
 from pathlib import Path
 
+from lab.sizing.state_spec import RecurrentState, state_errors
 from lab.sizing.weights import WEIGHT_DTYPES, weight_bytes_per_gpu
 
 PRESETS_PATH = Path(__file__).resolve().parents[2] / "assets" / "models.json"
@@ -31,6 +33,11 @@ LIMITS: dict[str, tuple[int, int]] = {
     "qk_rope_head_dim": (0, 65_536),
     "sliding_window": (0, 1 << 31),
     "num_sliding_layers": (0, 1_000),
+    "attention_chunk_size": (0, 1 << 31),
+    "num_chunked_layers": (0, 1_000),
+    "num_kv_shared_layers": (0, 1_000),
+    "index_head_dim": (0, 65_536),
+    "decoder_layers": (0, 1_000),
     "max_position_embeddings": (0, 1 << 31),
     "num_params": (0, 100 * 10**12),
     "unquantized_params": (0, 100 * 10**12),
@@ -57,7 +64,15 @@ class ModelSpec:
     kv_lora_rank: int = 0  # > 0: multi-head latent attention (DeepSeek), one latent per token
     qk_rope_head_dim: int = 0  # MLA: the decoupled RoPE key stored beside the latent
     sliding_window: int = 0  # tokens a sliding-window layer keeps; 0 = no such layers
-    num_sliding_layers: int = 0
+    num_sliding_layers: int = 0  # sliding-window layers that hold KV
+    attention_chunk_size: int = 0  # Llama 4's chunked local attention; 0 = no such layers
+    num_chunked_layers: int = 0
+    num_kv_shared_layers: int = 0  # attention layers reading another layer's KV, holding none
+    index_head_dim: int = 0  # > 0: DeepSeek-V3.2's sparse-attention indexer keeps a key cache
+    attention_sinks: bool = False  # gpt-oss: a learned logit per head, in the weights
+    state: RecurrentState | None = None  # Mamba / Gated DeltaNet layers beside the attention
+    decoder_layers: int = 0  # all decoder layers, when more than the attention layers
+    model_type: str = ""
     max_position_embeddings: int = 0  # vLLM's default max_model_len; 0 = unknown
     num_params: int = 0  # 0 = unknown
     unquantized_params: int = 0  # embeddings, LM head, norms, routers: 16-bit in every format
@@ -103,6 +118,10 @@ def spec_errors(spec: ModelSpec) -> dict[str, str]:
             errors[name] = f"must be between {low:,} and {high:,}, got {value:,}"
     if spec.weight_dtype not in WEIGHT_DTYPES:
         errors["weight_dtype"] = f"must be one of {', '.join(WEIGHT_DTYPES)}"
+    if not isinstance(spec.attention_sinks, bool):
+        errors["attention_sinks"] = "must be true or false"
+    if spec.state is not None:
+        errors |= state_errors(spec.state)
     if errors:
         return errors
     if not spec.is_mla and spec.num_attention_heads % spec.num_kv_heads:
@@ -110,10 +129,20 @@ def spec_errors(spec: ModelSpec) -> dict[str, str]:
                                   f"{spec.num_attention_heads} attention heads evenly")
     if spec.is_mla and spec.qk_rope_head_dim == 0:
         errors["qk_rope_head_dim"] = "MLA needs the RoPE key width (qk_rope_head_dim)"
+    windowed = spec.num_sliding_layers + spec.num_chunked_layers + spec.num_kv_shared_layers
     if spec.num_sliding_layers > spec.num_layers:
         errors["num_sliding_layers"] = f"cannot exceed the {spec.num_layers} layers"
+    elif windowed > spec.num_layers:
+        errors["num_chunked_layers"] = (f"sliding, chunked and KV-sharing layers together "
+                                        f"cannot exceed the {spec.num_layers} layers")
+    elif spec.num_kv_shared_layers >= spec.num_layers:
+        errors["num_kv_shared_layers"] = "the layers sharing KV need one that holds it"
     if spec.num_sliding_layers and not spec.sliding_window:
         errors["sliding_window"] = "sliding-window layers need a window above 0"
+    if spec.num_chunked_layers and not spec.attention_chunk_size:
+        errors["attention_chunk_size"] = "chunked local layers need a chunk above 0"
+    if spec.index_head_dim and not spec.is_mla:
+        errors["index_head_dim"] = "the sparse-attention indexer comes with MLA"
     if spec.unquantized_params + spec.expert_params > spec.num_params:
         errors["unquantized_params"] = "16-bit and expert parameters exceed the parameter count"
     return errors
@@ -122,8 +151,9 @@ def spec_errors(spec: ModelSpec) -> dict[str, str]:
 @cache
 def load_presets(path: Path = PRESETS_PATH) -> dict[str, ModelSpec]:
     """Model presets by name, from assets/models.json (the geometry fields of each entry)."""
-    names = {f.name for f in dataclass_fields(ModelSpec)} - {"notes"}
+    names = {f.name for f in dataclass_fields(ModelSpec)} - {"notes", "state"}
     entries = json.loads(path.read_text())["models"]
     return {e["name"]: ModelSpec(**{k: v for k, v in e.items() if k in names},
+                                 state=RecurrentState(**e["state"]) if e.get("state") else None,
                                  notes=(e["note"],) if e.get("note") else ())
             for e in entries}

@@ -8,7 +8,8 @@ mxfp4 quantizes the experts only. So the count is kept by part.
 Counted from the shapes (biases are left out: under 0.01 % of any model here):
 - embeddings vocab x hidden, and an LM head of the same size unless tie_word_embeddings;
 - attention: Q and O of heads x head_dim, K and V of kv_heads x head_dim, each x hidden; MLA
-  (DeepSeek) instead: q_a/q_b (or one q_proj), kv_a_proj_with_mqa, kv_b_proj and o_proj;
+  (DeepSeek) instead: q_a/q_b (or one q_proj), kv_a_proj_with_mqa, kv_b_proj and o_proj, and
+  DeepSeek-V3.2's indexer (wq_b, wk, k_norm, weights_proj);
 - MLP: gate, up, down (3 x hidden x intermediate), or up and down only for ungated families;
 - MoE layers: every expert's MLP, shared experts, and the router (hidden x experts);
 - two norms per layer and a final one; a ViT-style vision tower from vision_config.
@@ -93,7 +94,17 @@ def _mla_attention(values: dict[str, Any], hidden: int, heads: int) -> int:
     q_out = heads * (nope + rope)
     query = hidden * q_rank + q_rank + q_rank * q_out if q_rank else hidden * q_out
     return (query + hidden * (rank + rope) + rank  # kv_a_proj_with_mqa, kv_a_layernorm
-            + rank * heads * (nope + v_dim) + heads * v_dim * hidden)
+            + rank * heads * (nope + v_dim) + heads * v_dim * hidden
+            + _indexer(values, hidden, q_rank))
+
+
+def _indexer(values: dict[str, Any], hidden: int, q_rank: int) -> int:
+    """DeepSeek-V3.2's sparse-attention indexer: its query from the q latent, one key, its
+    LayerNorm and the per-head weights (0 without index_topk)."""
+    if values.get("index_topk") is None:
+        return 0
+    dim, heads = _dim(values, "index_head_dim", 128), _dim(values, "index_n_heads", 64)
+    return (q_rank or hidden) * heads * dim + hidden * dim + 2 * dim + hidden * heads
 
 
 def _experts(values: dict[str, Any], layers: int) -> tuple[int, int]:

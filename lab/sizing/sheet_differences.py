@@ -27,7 +27,12 @@ def differences(layout: KVLayout, plain: CapacitySheet, sheet: VllmSheet,
                    "measures its own in a profile run (activation peak of one "
                    f"{sheet.max_num_batched_tokens:,}-token batch, non-torch memory, CUDA "
                    "graphs), and the log's 'Available KV cache memory' is the result.")
-    if sheet.block_size != asked_block_size:
+    if sheet.block_size != asked_block_size and spec.state:
+        out.append(f"Block size: {sheet.block_size}, not {asked_block_size}: one attention "
+                   f"page ({sheet.page_size_bytes:,} B) must hold a {spec.state.label} state "
+                   f"({sheet.state_page_bytes:,} B), so vLLM raises the block size and pads "
+                   "the state page to the attention page.")
+    elif sheet.block_size != asked_block_size:
         out.append(f"Block size: {sheet.block_size}, not {asked_block_size}: MLA runs on "
                    "FlashMLA here, which needs 64-token blocks.")
     if plain.context != sheet.max_model_len:
@@ -35,7 +40,7 @@ def differences(layout: KVLayout, plain: CapacitySheet, sheet: VllmSheet,
                    f"per request, not at your {plain.context:,}: vLLM assumes every request "
                    "may grow to the longest context it accepts.")
     if len(sheet.groups) > 1:
-        out.append(f"KV-cache groups: the {spec.num_layers} layers form {len(sheet.groups)} "
+        out.append(f"KV-cache groups: the {sheet.num_layers} layers form {len(sheet.groups)} "
                    f"groups of {sheet.group_size} that share one pool of blocks; every "
                    f"{sheet.block_size} tokens take a block in each group, so vLLM logs "
                    f"blocks // {len(sheet.groups)} × {sheet.block_size} = "
@@ -56,6 +61,16 @@ def differences(layout: KVLayout, plain: CapacitySheet, sheet: VllmSheet,
                    "tokens (+1 block) per sliding layer, room for a whole prefill chunk; the "
                    f"plain sheet keeps min(context, window) = "
                    f"{layout.window_tokens(plain.context):,}.")
+    if spec.num_chunked_layers:
+        need = min(spec.attention_chunk_size + sheet.max_num_batched_tokens,
+                   sheet.max_model_len)
+        out.append(f"Chunked local: vLLM reserves min(chunk + max_num_batched_tokens, "
+                   f"max_model_len) = min({spec.attention_chunk_size:,} + "
+                   f"{sheet.max_num_batched_tokens:,}, {sheet.max_model_len:,}) = {need:,} "
+                   "tokens per chunked layer; the plain sheet keeps min(context, chunk) = "
+                   f"{layout.chunk_tokens(plain.context):,}.")
+    if spec.state:
+        out.append(_state_sentence(layout, sheet))
     if max_num_seqs and sheet.max_concurrency > max_num_seqs:
         out.append(f"Running requests: the log's {sheet.max_concurrency:,.0f}x is memory "
                    f"only; the scheduler runs at most max_num_seqs = {max_num_seqs:,} "
@@ -65,3 +80,16 @@ def differences(layout: KVLayout, plain: CapacitySheet, sheet: VllmSheet,
                    f"needs {sheet.needed_memory / GIB:.2f} GiB of KV cache; the estimated "
                    f"maximum model length is {sheet.estimated_max_model_len():,}.")
     return out
+
+
+def _state_sentence(layout: KVLayout, sheet: VllmSheet) -> str:
+    """How many state pages a request holds in vLLM, against the plain sheet's bytes."""
+    state = layout.spec.state
+    held = {"none": "one state page per layer (prefix caching is off)",
+            "align": "two state pages per layer (prefix caching on, mamba_cache_mode align)",
+            "all": "a state page per block of max_model_len (prefix caching on, "
+                   "mamba_cache_mode all)"}[sheet.mode]
+    return (f"{state.label} state: a request holds {held}, each padded to "
+            f"{sheet.page_size_bytes:,} B; the plain sheet counts the state's own "
+            f"{layout.state_bytes:,} B per sequence ({state.num_layers} × "
+            f"{state.page_bytes(layout.tp):,} B).")

@@ -5,17 +5,18 @@
    total_memory is what CUDA reports (torch.cuda.mem_get_info), then
    available = requested_memory - non_kv_cache_memory (the weights, plus the activation peak,
    non-torch memory and CUDA graphs its profile run measures) -> "Available KV cache memory".
-2. Each attention layer gets a KVCacheSpec (vllm/v1/kv_cache_interface.py) with
-   page_size_bytes = coef x block_size x kv_heads x head_size x dtype bytes (coef 2 for K and V,
-   1 for MLA's latent). A full-attention layer needs cdiv(max_model_len, block_size) pages per
-   request; a sliding-window one cdiv(min(window - 1 + max_num_batched_tokens, max_model_len),
-   block_size) + 1 (SlidingWindowSpec.max_memory_usage_bytes).
+2. Each layer gets a KVCacheSpec (vllm/v1/kv_cache_interface.py) with page_size_bytes = coef
+   x block_size x kv_heads x head_size x dtype bytes (coef 2 for K and V, 1 for MLA's latent);
+   a recurrent layer's page is its state (MambaSpec), padded to the attention page. Pages per
+   request by spec type, and the block size of Mamba hybrids: `lab.sizing.kv_cache_groups`.
 3. get_kv_cache_groups (vllm/v1/core/kv_cache_utils.py): identical layers form one group; a
    hybrid model is cut into groups of equal size (_get_kv_cache_groups_uniform_page_size): the
    size is the smaller layer count (the larger if it is under 1.5x the smaller), and the last
-   group of a type is padded.
+   group of a type is padded. DeepSeek-V3.2's MLA and indexer layers, one type with two page
+   sizes, stay one group (UniformTypeKVCacheSpecs).
 4. get_kv_cache_config_from_groups: group_size tensors each shared by one layer of every group;
-   num_gpu_blocks = available // page_size // group_size (get_num_blocks).
+   num_gpu_blocks = available // page_size // group_size (get_num_blocks); for the uniform-type
+   group, available // the sum of every layer's page.
 5. _report_kv_cache_config: "GPU KV cache size: num_blocks // groups x block_size tokens" and
    "Maximum concurrency for max_model_len tokens per request: num_blocks / blocks per request"
    (get_max_concurrency_for_kv_cache_config: one request takes every group's pages at once).
@@ -26,9 +27,21 @@ differ in the grouping threshold and the log's wording).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from lab.sizing.kv_cache_groups import (
+    KVCacheGroup,
+    cdiv,
+    hybrid_block,
+    kv_cache_groups,
+    mamba_cache_mode,
+    pages_per_request,
+)
 from lab.sizing.kv_formula import KVLayout
+
+__all__ = ["GIB", "KVCacheGroup", "SheetLine", "VllmSheet", "cdiv",
+           "default_max_num_batched_tokens", "default_max_num_seqs", "engine_block_size", "gib",
+           "kv_cache_groups", "log_lines", "sheet_lines", "vllm_sheet", "vllm_sheet_from_gpu"]
 
 GIB = 1 << 30
 DEFAULT_BLOCK_SIZE = 16  # CacheConfig.block_size on CUDA
@@ -38,10 +51,6 @@ HYBRID_GROUP_RATIO = 1.5  # _get_kv_cache_groups_uniform_page_size's "not much l
 # 8192 tokens and 1024 sequences a step; else 2048 and 256.
 SERVE_BATCHED_TOKENS, SMALL_GPU_BATCHED_TOKENS = 8192, 2048
 SERVE_MAX_SEQS, SMALL_GPU_MAX_SEQS = 1024, 256
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _big_gpu(gpu_name: str, cuda_bytes: int) -> bool:
@@ -58,38 +67,41 @@ def default_max_num_seqs(gpu_name: str, cuda_bytes: int) -> int:
     return SERVE_MAX_SEQS if _big_gpu(gpu_name, cuda_bytes) else SMALL_GPU_MAX_SEQS
 
 
-def engine_block_size(layout: KVLayout, block_size: int) -> tuple[int, str]:
+def engine_block_size(layout: KVLayout, block_size: int,
+                      prefix_caching: bool = False) -> tuple[int, str]:
     """The block size the engine really uses, and why it differs from the one asked for."""
-    if layout.spec.is_mla and block_size % FLASHMLA_BLOCK:
+    hybrid = hybrid_block(layout, block_size, prefix_caching)
+    if layout.spec.is_mla and block_size % FLASHMLA_BLOCK and not hybrid:
         return FLASHMLA_BLOCK, (f"MLA on a Hopper GPU runs FlashMLA, which needs block size "
                                 f"{FLASHMLA_BLOCK}: vLLM logs 'Forcing kv cache block size to "
                                 f"{FLASHMLA_BLOCK} for FlashMLA backend'")
+    if hybrid and hybrid.raised:
+        return hybrid.block_size, (
+            f"a {layout.spec.state.label} state is {hybrid.state_page:,} B per layer and "
+            f"request; an attention page must hold one, so vLLM raises the block size to "
+            f"{hybrid.block_size} tokens ({hybrid.block_size} x "
+            f"{layout.bytes_per_token_layer:,} B = {hybrid.attention_page:,} B) and pads each "
+            f"state page by {hybrid.padding_pct:.2f}%")
     return block_size, ""
-
-
-@dataclass(frozen=True)
-class KVCacheGroup:
-    """Layers sharing one block table (KVCacheGroupSpec)."""
-
-    kind: str  # "full attention", "sliding window" or "MLA"
-    num_layers: int  # real layers; the group's other slots are padding
-    pages_per_request: int  # max_memory_usage_bytes / page_size at max_model_len
 
 
 @dataclass(frozen=True)
 class VllmSheet:
     available_kv_memory: int  # "Available KV cache memory"
     block_size: int
-    page_size_bytes: int  # one block of one layer
+    page_size_bytes: int  # one block of one layer (with its indexer, DeepSeek-V3.2)
     groups: tuple[KVCacheGroup, ...]
     group_size: int  # layers per group = KV-cache tensors
     max_model_len: int
     max_num_batched_tokens: int
-    window: int = 0  # tokens a sliding-window layer keeps
     total_memory: int = 0  # 0: the sheet started from a known available KV memory
     requested_memory: int = 0
     weights_memory: int = 0
     other_memory: int = 0  # activation peak + non-torch + CUDA graphs (an estimate here)
+    mode: str = "none"  # mamba_cache_mode
+    state_page_bytes: int = 0  # one recurrent layer's state, before padding; 0 = none
+    indexer_page_bytes: int = 0  # the indexer's share of page_size_bytes; 0 = none
+    config_logs: tuple[str, ...] = ()  # what vLLM logs while it sets the cache up
 
     @property
     def num_layers(self) -> int:
@@ -105,9 +117,17 @@ class VllmSheet:
         return max(0, self.available_kv_memory // self.page_size_bytes // self.group_size)
 
     @property
+    def token_block_size(self) -> int:
+        """The smallest block size of any group (a state group's block is max_model_len
+        without prefix caching)."""
+        if self.state_page_bytes and self.mode == "none":
+            return min(self.block_size, self.max_model_len)
+        return self.block_size
+
+    @property
     def num_tokens(self) -> int:
         """"GPU KV cache size: N tokens" (_report_kv_cache_config)."""
-        return self.num_blocks // len(self.groups) * self.block_size
+        return self.num_blocks // len(self.groups) * self.token_block_size
 
     @property
     def blocks_per_request(self) -> int:
@@ -163,75 +183,57 @@ class VllmSheet:
         low, high, best = 1, self.max_model_len, 0
         while low <= high:
             mid = (low + high) // 2
-            pages = sum(_pages(g.kind, mid, self.block_size, self._window(g),
-                               self.max_num_batched_tokens) for g in self.groups)
+            pages = sum(pages_per_request(g.kind, g.limit, mid, self.block_size,
+                                          self.max_num_batched_tokens, self.mode)
+                        for g in self.groups)
             if self.group_size * self.page_size_bytes * pages <= self.available_kv_memory:
                 best, low = mid, mid + 1
             else:
                 high = mid - 1
         return best
 
-    def _window(self, group: KVCacheGroup) -> int:
-        return self.window if group.kind == "sliding window" else 0
-
-
-def _pages(kind: str, max_model_len: int, block_size: int, window: int,
-           max_num_batched_tokens: int) -> int:
-    """Pages of one layer for one request (the spec's max_memory_usage_bytes / page size)."""
-    if kind != "sliding window":  # FullAttentionSpec, MLAAttentionSpec
-        return cdiv(max_model_len, block_size)
-    # SlidingWindowSpec: the window's last tokens plus one prefill chunk; +1 because the
-    # window rarely starts on a block boundary.
-    tokens = min(window - 1 + max_num_batched_tokens, max_model_len)
-    return cdiv(tokens, block_size) + 1
-
-
-def kv_cache_groups(layout: KVLayout, block_size: int, max_model_len: int,
-                    max_num_batched_tokens: int) -> tuple[tuple[KVCacheGroup, ...], int]:
-    """(groups, group_size) as get_kv_cache_groups forms them for this model."""
-    spec = layout.spec
-    full_kind = "MLA" if spec.is_mla else "full attention"
-    counts = {full_kind: layout.num_full_layers, "sliding window": spec.num_sliding_layers}
-    counts = {kind: n for kind, n in counts.items() if n}
-    if len(counts) == 1:  # is_kv_cache_spec_uniform: one group of every layer
-        group_size = spec.num_layers
-    else:
-        group_size = min(counts.values())
-        if max(counts.values()) < min(counts.values()) * HYBRID_GROUP_RATIO:
-            group_size = max(counts.values())
-    groups = []
-    for kind, n in counts.items():
-        pages = _pages(kind, max_model_len, block_size, spec.sliding_window,
-                       max_num_batched_tokens)
-        num_groups = cdiv(n, group_size)  # layers[i::num_groups] go to the i-th group
-        groups += [KVCacheGroup(kind, len(range(i, n, num_groups)), pages)
-                   for i in range(num_groups)]
-    return tuple(groups), group_size
-
 
 def vllm_sheet(layout: KVLayout, *, available_kv_memory: int, block_size: int,
-               max_model_len: int, max_num_batched_tokens: int, **memory: int) -> VllmSheet:
+               max_model_len: int, max_num_batched_tokens: int, prefix_caching: bool = False,
+               **memory: int) -> VllmSheet:
     """vLLM's KV-cache configuration from the available KV memory (the memory steps that led
-    to it, when known, ride along in `memory`)."""
+    to it, when known, ride along in `memory`). `block_size` is the engine's
+    (`engine_block_size`); `prefix_caching` decides how many states a hybrid's request keeps."""
     if block_size < 1 or max_model_len < 1 or max_num_batched_tokens < 1:
         raise ValueError("block size, max_model_len and max_num_batched_tokens must be >= 1")
+    mode = mamba_cache_mode(layout, prefix_caching)
     groups, group_size = kv_cache_groups(layout, block_size, max_model_len,
-                                         max_num_batched_tokens)
-    return VllmSheet(available_kv_memory, block_size, layout.bytes_per_token_layer * block_size,
-                     groups, group_size, max_model_len, max_num_batched_tokens,
-                     window=layout.spec.sliding_window, **memory)
+                                         max_num_batched_tokens, mode)
+    indexer = layout.indexer_bytes_per_token_layer * block_size
+    logs = ["Using custom fp8 kv-cache format for DeepSeekV3.2"] if layout.sparse_mla_fp8 else []
+    state = 0
+    if needed := hybrid_block(layout, 1, prefix_caching):
+        if block_size < needed.block_size:
+            raise ValueError(f"a {needed.block_size}-token attention page at least holds one "
+                             f"state: block size {block_size} is too small (engine_block_size "
+                             "gives the block vLLM picks)")
+        hybrid = replace(hybrid_block(layout, block_size, prefix_caching),
+                         asked=1 if block_size == needed.block_size else block_size)
+        logs += hybrid.log_lines()
+        state = hybrid.state_page
+    return VllmSheet(available_kv_memory, block_size,
+                     layout.bytes_per_token_layer * block_size + indexer, groups, group_size,
+                     max_model_len, max_num_batched_tokens, mode=mode, state_page_bytes=state,
+                     indexer_page_bytes=indexer, config_logs=tuple(logs), **memory)
 
 
 def vllm_sheet_from_gpu(layout: KVLayout, *, total_memory: int, utilization: float,
                         weights_memory: int, other_memory: int, block_size: int,
-                        max_model_len: int, max_num_batched_tokens: int) -> VllmSheet:
+                        max_model_len: int, max_num_batched_tokens: int,
+                        prefix_caching: bool = False) -> VllmSheet:
     """The whole sheet, from the memory CUDA reports (Worker.determine_available_memory)."""
     if not 0 < utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")
     requested = math.ceil(total_memory * utilization)
     return vllm_sheet(layout, available_kv_memory=requested - weights_memory - other_memory,
                       block_size=block_size, max_model_len=max_model_len,
-                      max_num_batched_tokens=max_num_batched_tokens, total_memory=total_memory,
+                      max_num_batched_tokens=max_num_batched_tokens,
+                      prefix_caching=prefix_caching, total_memory=total_memory,
                       requested_memory=requested, weights_memory=weights_memory,
                       other_memory=other_memory)
 
@@ -266,8 +268,7 @@ def sheet_lines(sheet: VllmSheet) -> list[SheetLine]:
     lines += [
         SheetLine("= Available KV cache memory", gib(sheet.available_kv_memory),
                   "determine_available_memory"),
-        SheetLine(f"page_size_bytes (one {sheet.block_size}-token block of one layer)",
-                  f"{sheet.page_size_bytes:,} B", "AttentionSpec.page_size_bytes"),
+        _page_line(sheet),
         SheetLine("KV-cache groups × layers per group", _groups_text(sheet, kinds),
                   "get_kv_cache_groups"),
         SheetLine("num_gpu_blocks = available // page_size // layers per group",
@@ -281,6 +282,24 @@ def sheet_lines(sheet: VllmSheet) -> list[SheetLine]:
                   f"{sheet.max_concurrency:.2f}x", "get_max_concurrency_for_kv_cache_config"),
     ]
     return lines
+
+
+def _page_line(sheet: VllmSheet) -> SheetLine:
+    """One block of one layer: an attention layer's, which a padded state page equals, or an
+    MLA layer's with its indexer's."""
+    step = f"page_size_bytes (one {sheet.block_size}-token block of one layer)"
+    value, source = f"{sheet.page_size_bytes:,} B", "AttentionSpec.page_size_bytes"
+    if sheet.state_page_bytes:
+        pad = sheet.page_size_bytes - sheet.state_page_bytes
+        value += (f"; a state page is {sheet.state_page_bytes:,} B, padded by {pad:,} B "
+                  f"({100 * pad / sheet.state_page_bytes:.2f}%)")
+        source += ", MambaSpec.page_size_bytes"
+    if sheet.indexer_page_bytes:
+        latent = sheet.page_size_bytes - sheet.indexer_page_bytes
+        value = (f"{latent:,} B (MLA) + {sheet.indexer_page_bytes:,} B (indexer) = "
+                 f"{sheet.page_size_bytes:,} B")
+        source = "MLAAttentionSpec.page_size_bytes, UniformTypeKVCacheSpecs"
+    return SheetLine(step, value, source)
 
 
 def _groups_text(sheet: VllmSheet, kinds: list[str]) -> str:
@@ -308,8 +327,9 @@ def log_lines(sheet: VllmSheet) -> list[str]:
     stops with, if any (get_kv_cache_configs checks before _report_kv_cache_config logs)."""
     failure = sheet.failure()
     if failure and failure.startswith("torch."):
-        return [failure]
-    lines = [f"Available KV cache memory: {sheet.available_kv_memory / GIB:.2f} GiB"]
+        return [*sheet.config_logs, failure]
+    lines = [*sheet.config_logs,
+             f"Available KV cache memory: {sheet.available_kv_memory / GIB:.2f} GiB"]
     if failure:
         return [*lines, failure]
     return [*lines, f"GPU KV cache size: {sheet.num_tokens:,} tokens",
