@@ -32,12 +32,11 @@ import pytest
 
 from lab.memory.hybrid_cache_manager import HybridKVCacheManager
 from lab.memory.kv_cache_groups import FullAttention
-from tests.test_conformance import FILES as ALLOCATOR_FILES
-from tests.test_conformance import Replay as AllocatorReplay
-from tests.test_conformance import expect
+from lab.vllm.conformance import AllocatorReplay, compare, prompt_of
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT.parent / "shared" / "conformance"
+ALLOCATOR_FILES = sorted(GOLDEN.glob("*.json*")) if GOLDEN.is_dir() else []
 HYBRID = ["tiny_swa.json", "swa128_full_150.json.gz", "chunked64_full_150.json.gz"]
 # FCFS traces only: under the priority policy a victim may have been scheduled earlier in its
 # step, and the trace does not say how many tokens it had asked for.
@@ -171,7 +170,8 @@ class OneFullGroup(AllocatorReplay):
     def apply(self, op: dict) -> dict:
         m, req = self.m, op["req"]
         if op["op"] == "admit":
-            tokens = self.prompt(req) + self.data["requests"][req]["output"][:op["outputs"]]
+            tokens = prompt_of(self.data, req) + self.data["requests"][req]["output"][
+                :op["outputs"]]
             hit_tokens, hit = m.find_prefix_hit(tokens)
             if not m.can_admit(len(tokens), hit_tokens, hit):
                 return {"ok": False}
@@ -196,7 +196,7 @@ def test_one_full_group_replays_the_allocator_traces(path: Path) -> None:
     for step in data["steps"]:
         for i, op in enumerate(step["ops"]):  # its outcome and the state it left
             seen = {**replay.apply(op), **replay.state()}
-            expect(seen, op, tuple(seen), f"step {step['step']}, operation {i} ({op['op']})")
-        expect(replay.state(), step, ("free", "free_queue", "cached"), f"step {step['step']}")
+            compare(f"step {step['step']}, operation {i} ({op['op']})", seen, op, tuple(seen))
+        compare(f"step {step['step']}", replay.state(), step, ("free", "free_queue", "cached"))
         replay.m.check_invariants()
     assert not replay.live and replay.m.num_free == data["num_blocks"]

@@ -10,7 +10,6 @@ sliding window hold the null block, -1), with that layer's sliding window.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 from collections.abc import Sequence
 
@@ -20,9 +19,6 @@ from kernels.paged_attention import paged_attention
 from kernels.reference import AttentionCheck, compare, dense_attention
 from lab.memory.cache_manager import KVCacheManager
 from lab.memory.kv_pool import KVPool
-
-# Whether this build's kernel and reference take a sliding window (kernels/paged_inputs.py).
-WINDOWED_KERNEL = "sliding_window" in inspect.signature(paged_attention).parameters
 
 
 def check_kernel(manager: KVCacheManager, seq_ids: Sequence[int], queries: torch.Tensor,
@@ -54,8 +50,6 @@ def check_tables(pool: KVPool, tables: torch.Tensor | Sequence[Sequence[int]],
     tokens, its last query_lens[i] of them as queries (default: one each). With a
     sliding_window W a query sees its last W positions, itself included; the table entries
     before the first block any query sees are never read (the null block may sit there)."""
-    if sliding_window is not None and not WINDOWED_KERNEL:
-        raise NotImplementedError("this build's paged-attention kernel takes no sliding window")
     query_lens = [1] * len(context_lens) if query_lens is None else list(query_lens)
     device = pool.device
     if not isinstance(tables, torch.Tensor):
@@ -71,3 +65,13 @@ def check_tables(pool: KVPool, tables: torch.Tensor | Sequence[Sequence[int]],
     limits = {} if sliding_window is None else {"sliding_window": sliding_window}
     return compare(paged_attention(*args, **limits), dense_attention(*args, **limits),
                    len(context_lens))
+
+
+def merge_checks(checks: list[AttentionCheck]) -> AttentionCheck | None:
+    """Several checks judged as one (the same tolerance over every output)."""
+    if not checks:
+        return None
+    if len(checks) == 1:
+        return checks[0]
+    return compare(torch.cat([c.output for c in checks]),
+                   torch.cat([c.reference for c in checks]), sum(c.num_seqs for c in checks))

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from kernels.reference import AttentionCheck, compare
+from kernels.reference import AttentionCheck
 from lab.memory.block_table import blocks_for
 from lab.memory.contiguous import Region
 from lab.memory.contiguous_kv import Growth, Move
-from lab.memory.kernel_check import check_kernel
+from lab.memory.kernel_check import check_kernel, merge_checks
 from lab.memory.kv_pool import PoolConfig
 from lab.memory.snapshot import Snapshot
 from lab.serving.config import step_server
@@ -230,13 +228,3 @@ def _prefilled(sched: Scheduler, admitted: tuple[int, ...]) -> tuple[int, ...]:
     """Tokens each request admitted at this step prefilled (its whole prompt, or after a
     preemption every token it held: no token budget)."""
     return tuple(sched.requests[r].num_computed for r in admitted)
-
-
-def merge_checks(checks: list[AttentionCheck]) -> AttentionCheck | None:
-    """Several checks judged as one (the same tolerance over every output)."""
-    if not checks:
-        return None
-    if len(checks) == 1:
-        return checks[0]
-    return compare(torch.cat([c.output for c in checks]),
-                   torch.cat([c.reference for c in checks]), sum(c.num_seqs for c in checks))

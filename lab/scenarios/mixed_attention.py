@@ -25,7 +25,7 @@ import torch
 from kernels.reference import AttentionCheck
 from lab.memory.block_table import blocks_for
 from lab.memory.hybrid_cache_manager import HybridKVCacheManager
-from lab.memory.kernel_check import WINDOWED_KERNEL, check_tables
+from lab.memory.kernel_check import check_tables, merge_checks
 from lab.memory.kv_cache_groups import NULL_BLOCK, FullAttention, SlidingWindow
 from lab.memory.kv_pool import KVPool, PoolConfig
 from lab.scenarios.mixed_frames import (
@@ -37,7 +37,6 @@ from lab.scenarios.mixed_frames import (
     caption,
 )
 from lab.scenarios.story import LiveRun, Story
-from lab.scenarios.unknown_ending import merge_checks
 from lab.serving.synthetic_kv import VOCAB, SyntheticKV
 
 GROUP_LABELS = ("full attention", "sliding window")
@@ -233,9 +232,6 @@ class MixedPlay:
         checks = []
         for g, label in enumerate(GROUP_LABELS):
             window = self.params.window if g else None
-            if window is not None and not WINDOWED_KERNEL:
-                checks.append((label, None))
-                continue
             tables = [self.manager.block_tables(self.ids[n])[g] for n in names]
             checks.append((label, check_tables(self.pool, tables, lens, queries, layer=g,
                                                sliding_window=window)))

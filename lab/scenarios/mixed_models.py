@@ -11,14 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lab.sizing.kv_cache_groups import kv_cache_groups, mamba_cache_mode
 from lab.sizing.kv_formula import kv_layout
 from lab.sizing.model_spec import load_presets
-
-try:  # the KV cache groups of lab/sizing; without them the page shows no real model
-    from lab.sizing.kv_cache_groups import kv_cache_groups, mamba_cache_mode
-    from lab.sizing.vllm_sheet import engine_block_size
-except ImportError:
-    kv_cache_groups = None
+from lab.sizing.vllm_sheet import engine_block_size
 
 MODELS = ("GPT-OSS-20B", "Gemma-3-27B", "Llama-4-Scout", "Qwen3-Next-80B-A3B")
 ASKED_BLOCK_SIZE = 16  # vLLM's block size on CUDA when none is asked for
@@ -46,9 +42,7 @@ class ModelGroups:
 
 
 def available_models() -> tuple[str, ...]:
-    """The models this build can describe (none without lab/sizing's KV cache groups)."""
-    if kv_cache_groups is None:
-        return ()
+    """The models of MODELS the presets hold."""
     presets = load_presets()
     return tuple(name for name in MODELS if name in presets)
 
@@ -57,7 +51,7 @@ def model_groups(name: str) -> ModelGroups:
     """The groups, block size and page size of a preset, one GPU, KV cache in fp16."""
     if name not in available_models():
         raise ValueError(f"no KV cache groups for {name!r}: choose one of "
-                         f"{', '.join(available_models()) or 'none in this build'}")
+                         f"{', '.join(available_models())}")
     layout = kv_layout(load_presets()[name], KV_DTYPE, 1)
     block_size, why = engine_block_size(layout, ASKED_BLOCK_SIZE)
     groups, group_size = kv_cache_groups(layout, block_size, MAX_MODEL_LEN, MAX_BATCHED_TOKENS,

@@ -106,7 +106,7 @@ class AllocatorReplay:
                 "cached": [b for b in range(blocks.num_blocks) if blocks.block_hash[b] is not None]}
 
 
-def _compare(where: str, got: dict, want: dict, fields) -> None:
+def compare(where: str, got: dict, want: dict, fields) -> None:
     for field in fields:
         if field in want and field in got:
             expect(where, field, got[field], want[field])
@@ -118,9 +118,9 @@ def replay_allocator(data: dict) -> int:
         for i, op in enumerate(step["ops"]):
             where = f"step {step['step']}, operation {i} ({op['op']} of request {op['req']})"
             got = replay.apply(op)
-            _compare(where, got, op, tuple(got))
-            _compare(where, replay.state(), op, ("free", "free_queue", "cached"))
-        _compare(f"the end of step {step['step']}", replay.state(), step,
+            compare(where, got, op, tuple(got))
+            compare(where, replay.state(), op, ("free", "free_queue", "cached"))
+        compare(f"the end of step {step['step']}", replay.state(), step,
                  ("free", "free_queue", "cached"))
         replay.m.check_invariants()
     m, summary = replay.m, data["summary"]
