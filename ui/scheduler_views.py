@@ -89,7 +89,8 @@ def workload_widgets(prefix: str, *, preset: str, n: int, max_n: int, max_tokens
 
 
 def engine_widgets(prefix: str, *, blocks: int, block_size: int, seats: int, budget: int,
-                   max_blocks: int, priorities: bool = False) -> dict[str, Any]:
+                   max_blocks: int, priorities: bool = False,
+                   prefix_caching: bool = False) -> dict[str, Any]:
     """Scheduler settings shared by every section (SchedulerConfig keyword arguments).
     `priorities`: the workload has more than one priority, so the priority policy means
     something (otherwise it is not offered)."""
@@ -143,7 +144,7 @@ def engine_widgets(prefix: str, *, blocks: int, block_size: int, seats: int, bud
                  "(priority, arrival), and V1 preempts the running request with the largest "
                  "(priority, arrival). Set 'Interactive requests' above 0 to offer it."),
         enable_prefix_caching=bool_param(
-            "Prefix caching", f"{prefix}_prefix", default=False, container=right,
+            "Prefix caching", f"{prefix}_prefix", default=prefix_caching, container=right,
             help="Full blocks are hashed when allocated; a request whose leading blocks match "
                  "takes them instead of computing them (vLLM V1's default is on)."),
         enable_chunked_prefill=bool_param(
