@@ -17,14 +17,8 @@ from ui.chapters import chapter_strip, next_page
 from ui.layout import explain, page_parts, settings, show_figure, step_parts
 from ui.predict import Question, gate, held_back
 from ui.scenario import frames, live_badge
-from ui.scheduler_views import (
-    chain_section,
-    cost_widgets,
-    engine_widgets,
-    replay_section,
-    sweeps_section,
-    workload_widgets,
-)
+from ui.scheduler_runs import chain_section, replay_section, sweeps_section
+from ui.scheduler_views import cost_widgets, engine_widgets, workload_widgets
 from ui.sidebar import sidebar
 from ui.state import bool_param, choice_param, seed, set_param
 from ui.step_controls import announce, step_controls

@@ -76,7 +76,7 @@ def test_replay_and_chain_sections() -> None:
 
 
 def test_the_chain_example_weakens_at_link_4() -> None:
-    from ui.scheduler_views import CHAIN_EXAMPLE
+    from ui.scheduler_runs import CHAIN_EXAMPLE
 
     query = {name: str(value) for name, value in CHAIN_EXAMPLE.items()}
     at = run_page("scheduler.py", {**query, "sched_view": "Batch chain"}, timeout=300)
@@ -178,3 +178,17 @@ def test_the_chunk_question_is_asked_first_and_v0_runs_beside_v1() -> None:
     page = text(at)
     assert "vLLM V0 (the paper, 2023)" in page and "Which engine swaps" in page
     assert any("finds its own block(s)" in i.value for i in at.info)  # a re-admission's hit
+
+
+def test_replay_compares_vllm_v1_with_v0_on_request() -> None:
+    query = {"sched_view": "Replay & metrics", "big_workload": "Alpaca-like (synthetic)",
+             "big_requests": "40", "big_max_tokens": "64", "big_blocks": "24"}
+    at = run_page("scheduler.py", query)
+    assert not at.exception and not at.error
+    at.button(key="sched_engines_run").click().run()
+    assert not at.exception and not at.error
+    table = at.dataframe[-1].value
+    assert list(table["engine"]) == ["vLLM V1 (0.33)", "vLLM V0 (the paper, 2023)"]
+    v1, v0 = (table.iloc[i] for i in range(2))
+    assert v1["swapped MiB"] == 0 and v1["preemptions"] > 0  # V1 recomputes only
+    assert v0["swapped MiB"] > 0  # V0 swaps by default here
