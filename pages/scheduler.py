@@ -173,7 +173,7 @@ def chunk_question() -> list[tuple[Question, int]]:
         "sched_chunk", f"In step {all_frames[c.step].record.index}, request {c.req_id} "
         f"({c.length} tokens{hit}) is admitted with a prefill chunk of {c.chunk} tokens: what "
         f"the token budget left. With blocks of {cfg.block_size} tokens, how many blocks does "
-        f"it hold after this step ({cfg.label})?",
+        f"it hold after this step, under {cfg.label}?",
         answer=c.blocks, explanation=why, context=(story, c.step))
     return [(question, c.step)]
 
