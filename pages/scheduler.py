@@ -5,23 +5,22 @@ import streamlit as st
 from kernels.backend import backend
 from lab.figures.blocks import pool_grid
 from lab.figures.scheduler import region_map
-from lab.scenarios.admission_control import AdmissionControlStory, next_preemption
+from lab.scenarios.admission_control import (
+    AdmissionControlStory,
+    first_chunked_admission,
+    first_own_hit,
+    next_preemption,
+)
 from lab.scenarios.story import MAX_STEPS
 from lab.serving.config import SchedulerConfig
 from ui.chapters import chapter_strip, next_page
 from ui.layout import explain, page_parts, settings, show_figure, step_parts
 from ui.predict import Question, gate, held_back
 from ui.scenario import frames, live_badge
-from ui.scheduler_views import (
-    chain_section,
-    cost_widgets,
-    engine_widgets,
-    replay_section,
-    sweeps_section,
-    workload_widgets,
-)
+from ui.scheduler_runs import chain_section, replay_section, sweeps_section
+from ui.scheduler_views import cost_widgets, engine_widgets, workload_widgets
 from ui.sidebar import sidebar
-from ui.state import bool_param, choice_param, seed
+from ui.state import bool_param, choice_param, seed, set_param
 from ui.step_controls import announce, step_controls
 
 sidebar()
@@ -58,7 +57,8 @@ with settings_area:
             requests = workload_widgets("step", preset="alpaca", n=16, max_n=60, max_tokens=128,
                                         seed=seed())
             engine = engine_widgets("step", blocks=48, block_size=8, seats=8, budget=64,
-                                    max_blocks=128, priorities=_two_classes(requests))
+                                    max_blocks=128, priorities=_two_classes(requests),
+                                    prefix_caching=True)
         else:
             requests = workload_widgets("big", preset="sharegpt", n=1000, max_n=20_000,
                                         max_tokens=2048, seed=seed())
@@ -111,7 +111,7 @@ if section == "sweeps":
 
 
 story = AdmissionControlStory(cfg, requests, cost, seed())
-all_frames = frames(story, spinner="Scheduling every iteration…")
+all_frames = frames(story, spinner="Scheduling every step…")
 if not all_frames:
     reason = story.play().sched.requests[0].reject_reason if requests else ""
     st.error(f"Every request was rejected, for example request 0: {reason}. Give the pool more "
@@ -119,7 +119,15 @@ if not all_frames:
              icon=":material/view_module:")
     st.stop()
 if len(all_frames) == MAX_STEPS:
-    st.caption(f"Showing the first {MAX_STEPS} iterations.")
+    st.caption(f"Showing the first {MAX_STEPS} steps.")
+# The other engine on the same workload and pool, beside it (paged only: the engines differ in
+# how they take blocks). V0 beside V1 swaps, the preemption V1 no longer has.
+other_story = other_frames = None
+if cfg.allocator == "paged":
+    other_engine = "v0" if cfg.engine == "v1" else "v1"
+    other_story = AdmissionControlStory(cfg.as_engine(other_engine, "swap"), requests, cost,
+                                        seed())
+    other_frames = frames(other_story)
 
 
 VICTIM_RULE = {
@@ -145,16 +153,58 @@ def victim_question(step: int) -> list[tuple[Question, int]]:
     return [(question, coming.step)]
 
 
+def chunk_question() -> list[tuple[Question, int]]:
+    """The first chunked admission: how many blocks the request holds after that step."""
+    if cfg.allocator != "paged":
+        return []
+    c = first_chunked_admission(all_frames, cfg.block_size)
+    if c is None:
+        return []
+    hit = f", {c.hit} of them found in the prefix cache" if c.hit else ""
+    if cfg.engine == "v1":
+        why = (f"vLLM V1 first checked that the whole sequence ({c.whole} blocks) fits, then "
+               f"allocated only what this step computes: {c.hit + c.chunk} tokens in "
+               f"{c.blocks} blocks. The rest arrive with the next chunks. vLLM V0 took all "
+               f"{c.whole} at admission (the other engine, beside it).")
+    else:
+        why = (f"vLLM V0 takes every block of the prompt at admission, chunk or not: "
+               f"{c.whole}. vLLM V1 would hold only the chunk's blocks now (beside it).")
+    question = Question(
+        "sched_chunk", f"In step {all_frames[c.step].record.index}, request {c.req_id} "
+        f"({c.length} tokens{hit}) is admitted with a prefill chunk of {c.chunk} tokens: what "
+        f"the token budget left. With blocks of {cfg.block_size} tokens, how many blocks does "
+        f"it hold after this step, under {cfg.label}?",
+        answer=c.blocks, explanation=why, context=(story, c.step))
+    return [(question, c.step)]
+
+
+def other_panel(step: int) -> None:
+    """The other engine at the same step: its pool and its decisions."""
+    frames_, k = other_frames, min(step, len(other_frames) - 1)
+    frame = frames_[k]
+    st.markdown(f"**{other_story.config.label}**, same workload, step {frame.record.index}"
+                + (" (it served everything earlier)" if k < step else ""))
+    show_figure(pool_grid(frame.picture, frame.names, columns=16,
+                          highlight=list(frame.new_blocks)), key="sched_grid_other")
+    st.caption(f"Preemptions so far: {frame.preemptions} · waiting {frame.record.num_waiting}"
+               f" · swapped {frame.record.num_swapped} · finished {frame.finished} / "
+               f"{len(requests)}")
+    with st.expander(f"What {other_story.config.label} decided in this step"):
+        st.code("\n".join(other_story.caption(frame) or ["(every running request got its "
+                                                         "next token)"]),
+                language=None, wrap_lines=True)
+
+
 def show_step(step: int) -> None:
     frame = all_frames[step]
     rec = frame.record
     parts = step_parts()
-    questions = gate(victim_question(step), step)
+    questions = gate(victim_question(step) + chunk_question(), step)
     with parts.caption:
         for question in questions.due:
             question.ask()
         st.markdown(f"**What the scheduler ({cfg.label}) decided in this step**")
-        decisions = story.caption(frame) or ["(every running request got its next token; "
+        decisions = story.caption(frame) or ["(every running request got its next tokens; "
                                              "nothing else changed)"]
         with held_back(not questions.hold, "the scheduler's decisions", key="sched_decisions"):
             st.code("\n".join(decisions), language=None, wrap_lines=True)
@@ -192,15 +242,19 @@ def show_step(step: int) -> None:
                 st.caption(" · ".join(items) if items else "empty")
     with parts.main, held_back(not questions.hold, "the pool", key="sched_pool"):
         if cfg.allocator == "paged":
-            admitted = {f"R{i}" for i in rec.admitted_ids}
-            new = [b.block_id for b in frame.picture.blocks
-                   if any(frame.names.get(s) in admitted for s in b.owners)]
-            show_figure(pool_grid(frame.picture, frame.names, columns=16, highlight=new),
-                        key="sched_grid", main=True)
+            left, right = st.columns(2)
+            with left:
+                st.markdown(f"**{cfg.label}**")
+                show_figure(pool_grid(frame.picture, frame.names, columns=16,
+                                      highlight=list(frame.new_blocks)),
+                            key="sched_grid", main=True)
+            with right:
+                other_panel(step)
             st.caption("Each tile is a physical block, labelled with the request (R0, R1, …) "
                        "whose block table holds it; the bar shows its filled slots. White "
-                       "tiles are free; a red outline marks the blocks of a request admitted "
-                       "in this iteration.")
+                       "tiles are free; a red outline marks the blocks allocated in this step: "
+                       "under vLLM V1 a chunked prefill's blocks arrive chunk by chunk, under "
+                       "V0 all of a prompt's blocks at admission.")
         else:
             show_figure(region_map(frame.picture.regions, cfg.capacity_slots),
                         key="sched_regions", main=True)
@@ -208,6 +262,26 @@ def show_step(step: int) -> None:
                        "solid part holds tokens, the pale part is reserved but empty (internal "
                        "fragmentation).")
     with parts.after:
+        own = first_own_hit(all_frames) if cfg.allocator == "paged" else None
+        if own is not None:
+            at, req_id, blocks = own
+            text = (f"Step {all_frames[at].record.index}: request {req_id}, preempted earlier, "
+                    f"is re-admitted and finds its own block(s) {', '.join(map(str, blocks))} "
+                    "still in the prefix cache: it recomputes only the rest.")
+            note, go = st.columns([4, 1], vertical_alignment="center")
+            note.info(text, icon=":material/replay:")
+            go.button("Go to that step", key="sched_go_own", disabled=step == at,
+                      on_click=set_param, args=("sched_step", at))
+        elif cfg.allocator == "paged" and not cfg.enable_prefix_caching:
+            st.caption("Turn prefix caching on (vLLM V1's default) to see a preempted request "
+                       "re-admitted with a hit on its own blocks.")
+        explain("**Which engine swaps.** Swap is vLLM V0's: a victim's blocks were copied to "
+                "CPU memory and back. vLLM "
+                "V1 preempts by recompute only: its documentation says recomputation has lower "
+                "overhead in the V1 architecture. The victim keeps its sampled tokens and goes "
+                "to the front of the waiting queue; with prefix caching its full blocks stay "
+                "cached until they are handed out again, so a re-admission often hits them.",
+                title="Which engine swaps, and why V1 dropped it")
         if frame.rejected:
             with st.expander(f"Rejected requests ({len(frame.rejected)})"):
                 st.markdown("\n".join(f"- {line}" for line in frame.rejected))

@@ -76,7 +76,7 @@ def test_replay_and_chain_sections() -> None:
 
 
 def test_the_chain_example_weakens_at_link_4() -> None:
-    from ui.scheduler_views import CHAIN_EXAMPLE
+    from ui.scheduler_runs import CHAIN_EXAMPLE
 
     query = {name: str(value) for name, value in CHAIN_EXAMPLE.items()}
     at = run_page("scheduler.py", {**query, "sched_view": "Batch chain"}, timeout=300)
@@ -136,11 +136,14 @@ def test_sweeps_run_on_request() -> None:
 
 def test_the_victim_is_asked_the_iteration_before_it_is_preempted() -> None:
     query = {"step_blocks": "16", "step_block_size": "16", "step_requests": "10"}
-    cfg = config(num_blocks=16, block_size=16, max_num_seqs=8, max_num_batched_tokens=64)
+    cfg = config(num_blocks=16, block_size=16, max_num_seqs=8, max_num_batched_tokens=64,
+                 enable_prefix_caching=True)  # the step view's default, as vLLM V1's
     frames = AdmissionControlStory(cfg, from_preset("alpaca", 10, seed=0, max_tokens=128),
                                    llama_h100(), 0).frames()
     coming = next_preemption(frames, 0)
     at = run_page("scheduler.py", {**query, "sched_step": str(coming.step - 1)})
+    if at.number_input(key="sched_chunk_guess") is not None:  # the chunk question, first
+        at.button(key="sched_chunk_show").click().run()
     assert at.radio(key="sched_victim_guess").options == [f"R{i}" for i in coming.candidates]
     assert "decisions held back" not in text(at)  # nothing of the answer is on screen yet
     at.slider(key="sched_step").set_value(coming.step).run()
@@ -160,3 +163,32 @@ def test_priorities_offer_priority_preemption_and_the_watermark_is_a_setting() -
     assert not at.exception and not at.error
     assert "Admission keeps 4 of 48 blocks free" in next(
         m for m in at.metric if m.label == "Preemptions").help
+
+
+def test_the_chunk_question_is_asked_first_and_v0_runs_beside_v1() -> None:
+    at = run_page("scheduler.py")
+    assert not at.exception and not at.error
+    question = at.number_input(key="sched_chunk_guess")
+    assert question is not None and "held back" in text(at)  # the pool waits for the answer
+    at.number_input(key="sched_chunk_guess").set_value(2)
+    at.button(key="sched_chunk_check").click().run()
+    assert at.success[0].value.startswith("Right: **2**")  # 9 of 17 tokens: 2 blocks of 8
+    assert "vLLM V0 took all 3 at admission" in at.success[0].value
+    assert {"sched_grid", "sched_grid_other"} <= set(figures(at))
+    page = text(at)
+    assert "vLLM V0 (the paper, 2023)" in page and "Which engine swaps" in page
+    assert any("finds its own block(s)" in i.value for i in at.info)  # a re-admission's hit
+
+
+def test_replay_compares_vllm_v1_with_v0_on_request() -> None:
+    query = {"sched_view": "Replay & metrics", "big_workload": "Alpaca-like (synthetic)",
+             "big_requests": "40", "big_max_tokens": "64", "big_blocks": "24"}
+    at = run_page("scheduler.py", query)
+    assert not at.exception and not at.error
+    at.button(key="sched_engines_run").click().run()
+    assert not at.exception and not at.error
+    table = at.dataframe[-1].value
+    assert list(table["engine"]) == ["vLLM V1 (0.33)", "vLLM V0 (the paper, 2023)"]
+    v1, v0 = (table.iloc[i] for i in range(2))
+    assert v1["swapped MiB"] == 0 and v1["preemptions"] > 0  # V1 recomputes only
+    assert v0["swapped MiB"] > 0  # V0 swaps by default here

@@ -40,8 +40,8 @@ def test_swap_preemption_moves_bytes_and_recomputes_nothing():
     sched = run(specs((8, 12), (8, 12), (8, 12)), num_blocks=8, block_size=4,
                 max_num_batched_tokens=64, engine="v0", preemption_mode="swap")
     lines = decisions(sched)
-    assert any(re.fullmatch(r"request \d+ preempted \(swap, [\d,]+ bytes to CPU\): .*", x)
-               for x in lines)
+    assert any(re.fullmatch(r"request \d+ preempted by swap \(vLLM V0\): its blocks, [\d,]+ "
+                            r"bytes, copied to CPU memory: .*", x) for x in lines)
     assert any("swapped in" in x for x in lines)
     assert sched.swapped_out_bytes == sched.swapped_in_bytes > 0
     assert sched.recomputed_tokens == 0

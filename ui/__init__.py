@@ -19,5 +19,5 @@
   attention).
 - `ui.kernel_badge.kernel_badge(check)`: kernel vs dense attention, green within tolerance.
 - `ui.predict.predict(...)`: "Predict, then reveal" with the engine's answer.
-- `ui.scheduler_views`: the scheduler page's settings and its long runs.
+- `ui.scheduler_views`: the scheduler page's settings; `ui.scheduler_runs`: its long runs.
 """

@@ -1,10 +1,11 @@
-"""Admission control: a continuous-batching scheduler on the block pool, iteration by iteration.
+"""Admission control: a continuous-batching scheduler on the block pool, step by step.
 
 The story is one workload on the lab's scheduler (lab/serving/scheduler.py) with the page's
-settings; a frame is the state after one iteration: the record (batch, budget, decisions), the
-memory picture (every block of the paged pool, or the contiguous regions) and the queues. Played
-on the real pool (compute mode), every iteration writes real K/V and runs the Triton kernel over
-its batch, checked against dense attention.
+settings, under vLLM V1 (0.33) or the paper's V0 (2023); a frame is the state after one step:
+the record (batch, budget, decisions), the step's entries (who got how many tokens and which
+new blocks), the memory picture (every block of the paged pool, or the contiguous regions) and
+the queues. Played on the real pool (compute mode), every step writes real K/V and runs the
+Triton kernel over its batch, checked against dense attention.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kernels.reference import AttentionCheck
+from lab.memory.block_table import blocks_for
 from lab.memory.contiguous import ContiguousPicture
 from lab.memory.snapshot import Snapshot
 from lab.scenarios.story import MAX_STEPS, Story
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import Cost
-from lab.serving.request import IterationRecord, Request
+from lab.serving.request import IterationRecord, Request, StepDetail
 from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import RequestSpec
 
@@ -37,6 +39,9 @@ class IterationFrame:
     finished: int
     rejected: tuple[str, ...]
     preemptions: int
+    detail: StepDetail  # the step's entries: kinds, tokens, new blocks, preemptions, lookups
+    new_blocks: tuple[int, ...]  # blocks allocated in this step (a chunk's blocks with it)
+    own_hits: dict[int, tuple[int, ...]]  # re-admitted request -> its own old blocks it hit
 
 
 def _progress_text(req: Request) -> str:
@@ -53,7 +58,7 @@ class SchedulerPlay:
 
     def __init__(self, requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost,
                  seed: int) -> None:
-        self.sched = Scheduler(requests, cfg, cost, seed)
+        self.sched = Scheduler(requests, cfg, cost, seed, detail=True)
         self.record: IterationRecord | None = None
         self.step = -1
         self._next = self._iterate()
@@ -76,13 +81,23 @@ class SchedulerPlay:
         if record is None:
             return None
         running = s.running()
+        detail = s.detail
+        bs = s.backend.block_size or 1
+        own, new = {}, []
+        for e in detail.scheduled:
+            hits = 0 if e.kind == "running" else e.computed // bs  # taken, not allocated
+            new += e.new_blocks[hits:]
+            if e.kind == "resumed" and hits:
+                hit = set(e.new_blocks[:hits])
+                own[e.req_id] = tuple(b for b in s.requests[e.req_id].released_table if b in hit)
         return IterationFrame(
             record, s.clock, s.picture(), {r.seq_id: f"R{r.req_id}" for r in running},
             tuple(f"R{r.req_id}" for r in s.waiting), tuple(_progress_text(r) for r in running),
             tuple(r.req_id for r in running), tuple(f"R{r.req_id}" for r in s.swapped),
             s.num_finished,
             tuple(f"R{r.req_id}: {r.reject_reason}" for r in s.requests.values()
-                  if r.reject_reason), sum(s.preemptions.values()))
+                  if r.reject_reason), sum(s.preemptions.values()), detail,
+            tuple(new), {r: b for r, b in own.items() if b})
 
     def check_attention(self) -> AttentionCheck | None:
         return self.record.check if self.record is not None else None
@@ -131,4 +146,40 @@ def next_preemption(frames: list[IterationFrame], step: int) -> Preemption | Non
             line = next((d for d in record.decisions if f"request {victims[0]} preempted" in d),
                         "")
             return Preemption(k, victims[0], before, line)
+    return None
+
+
+@dataclass(frozen=True)
+class ChunkedAdmission:
+    """The first admission whose prefill is chunked: what a learner can predict before it."""
+
+    step: int  # the frame whose step admits it
+    req_id: int
+    length: int  # tokens it holds (its prompt, or prompt + outputs after a preemption)
+    hit: int  # of those, found in the prefix cache
+    chunk: int  # tokens scheduled in that step
+    blocks: int  # blocks it holds after the step
+    whole: int  # blocks its whole sequence needs (checked to fit at admission)
+
+
+def first_chunked_admission(frames: list[IterationFrame], block_size: int
+                            ) -> ChunkedAdmission | None:
+    for k, frame in enumerate(frames):
+        for e in frame.detail.scheduled:
+            if e.kind == "running" or not e.new_blocks:
+                continue
+            length = next(n for r, n, _ in frame.detail.lookups if r == e.req_id)
+            if e.computed + e.tokens < length:
+                return ChunkedAdmission(k, e.req_id, length, e.computed, e.tokens,
+                                        len(e.new_blocks), blocks_for(length, block_size))
+    return None
+
+
+def first_own_hit(frames: list[IterationFrame]) -> tuple[int, int, tuple[int, ...]] | None:
+    """(step, request, its own blocks it hit) of the first re-admission that found blocks it
+    held before its preemption still cached."""
+    for k, frame in enumerate(frames):
+        if frame.own_hits:
+            req_id, blocks = next(iter(frame.own_hits.items()))
+            return k, req_id, blocks
     return None

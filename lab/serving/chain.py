@@ -53,36 +53,45 @@ class ChainRow:
 
 def chain_plan(cfg: SchedulerConfig,
                seat_options: tuple[int, ...] = SEAT_OPTIONS) -> list[SchedulerConfig]:
-    """The replays of a chain: each allocator at cfg's max_num_seqs and at each seat option."""
-    return [replace(cfg, allocator=a, max_num_seqs=seats) for a in ALLOCATORS
-            for seats in sorted({*seat_options, cfg.max_num_seqs})]
+    """The replays of a chain: each allocator at cfg's max_num_seqs (paged first: the first
+    result a page shows) and at each seat option."""
+    seats = [cfg.max_num_seqs] + sorted({*seat_options} - {cfg.max_num_seqs})
+    return [replace(cfg, allocator=a, max_num_seqs=n) for n in seats
+            for a in reversed(ALLOCATORS)]
+
+
+def chain_rows(runs: list[tuple[SchedulerConfig, Summary]], cfg: SchedulerConfig,
+               itl_target_s: float) -> list[ChainRow]:
+    """[contiguous, paged] from the chain's replays: each at its best max_num_seqs whose ITL
+    p90 meets the target (or, when none does, at cfg's own, throughput 0)."""
+    chain = []
+    for allocator in ALLOCATORS:
+        mine = [(c.max_num_seqs, s) for c, s in runs if c.allocator == allocator]
+        meeting = [(s.throughput_tok_s, seats, s) for seats, s in mine
+                   if s.itl.count and s.itl.p90 <= itl_target_s]
+        if meeting:
+            _, seats, s = max(meeting, key=lambda m: (m[0], -m[1]))  # of equals: fewer seats
+            chain.append(ChainRow.of(allocator, s, cfg.capacity_slots, seats))
+        else:  # cfg's own run, throughput 0: no setting met the target
+            s = dict(mine)[cfg.max_num_seqs]
+            chain.append(replace(ChainRow.of(allocator, s, cfg.capacity_slots, None),
+                                 throughput=0.0))
+    return chain
 
 
 def batch_chain(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost, seed: int,
                 itl_target_s: float, seat_options: tuple[int, ...] = SEAT_OPTIONS,
                 progress: Progress = None) -> list[ChainRow]:
-    """[contiguous, paged]: each at its best max_num_seqs among `seat_options` and cfg's own
-    whose ITL p90 meets the target (or, when none does, at cfg's own, throughput 0)."""
+    """The chain's replays (`chain_plan`), checked and budgeted as one view, and its rows
+    (`chain_rows`)."""
     plan = chain_plan(cfg, seat_options)
     check_work(requests, plan)
-    budget, rows = Budget(), []
+    budget, runs = Budget(), []
     for i, run_cfg in enumerate(plan):
         s = summarize(replay(requests, run_cfg, cost, seed, part_progress(progress, i, len(plan)),
                              budget))
-        rows.append((run_cfg, s))
-    chain = []
-    for allocator in ALLOCATORS:
-        runs = [(c.max_num_seqs, s) for c, s in rows if c.allocator == allocator]
-        meeting = [(s.throughput_tok_s, seats, s) for seats, s in runs
-                   if s.itl.count and s.itl.p90 <= itl_target_s]
-        if meeting:
-            _, seats, s = max(meeting, key=lambda m: m[0])  # the first of equals: fewer seats
-            chain.append(ChainRow.of(allocator, s, cfg.capacity_slots, seats))
-        else:  # cfg's own run, throughput 0: no setting met the target
-            s = dict(runs)[cfg.max_num_seqs]
-            chain.append(replace(ChainRow.of(allocator, s, cfg.capacity_slots, None),
-                                 throughput=0.0))
-    return chain
+        runs.append((run_cfg, s))
+    return chain_rows(runs, cfg, itl_target_s)
 
 
 Kind = Literal["held", "weak", "no_target"]

@@ -52,6 +52,7 @@ class KVBackend(Protocol):
     block_size: int | None  # the kernel walks blocks of this many tokens (None: one region)
     taken: int  # blocks (or regions) handed out so far: the allocator's bookkeeping work
     num_free: int  # free blocks (paged) or slots (contiguous)
+    new_blocks: dict[int, list[int]] | None  # a step's new blocks by request, when traced
 
     def never_fits(self, req: Request) -> str | None:
         """Why the request could not run even alone in the pool (None: it could)."""
@@ -273,6 +274,7 @@ class ContiguousBackend:
     name: AllocatorKind = "contiguous"
     computes = False  # the baseline is accounting only: no tensors, no prefix cache
     hashes = False
+    new_blocks: dict[int, list[int]] | None = None  # regions, not blocks: always empty
     block_size = None  # each request's K/V is one region: the kernel walks no blocks
 
     def __init__(self, cfg: SchedulerConfig, seed: int) -> None:

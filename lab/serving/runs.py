@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import Cost
-from lab.serving.metrics import summarize
+from lab.serving.metrics import Summary, summarize
 from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import RequestSpec
 
@@ -174,6 +174,12 @@ class SweepPoint:
     ttft_p90: float
 
 
+def sweep_point(c: SchedulerConfig, x: int, s: Summary) -> SweepPoint:
+    return SweepPoint(c.allocator, x, c.num_blocks, c.block_size, s.throughput_tok_s,
+                      s.mean_waste_slots / c.capacity_slots, s.preemptions, s.finished,
+                      s.rejected, s.ttft.p90)
+
+
 def _sweep(requests, configs: list[SchedulerConfig], xs: list[int], cost: Cost, seed: int,
            progress: Progress) -> list[SweepPoint]:
     check_work(requests, configs)
@@ -181,20 +187,23 @@ def _sweep(requests, configs: list[SchedulerConfig], xs: list[int], cost: Cost, 
     for i, (x, c) in enumerate(zip(xs, configs)):
         s = summarize(replay(requests, c, cost, seed, part_progress(progress, i, len(configs)),
                              budget))
-        points.append(SweepPoint(c.allocator, x, c.num_blocks, c.block_size, s.throughput_tok_s,
-                                 s.mean_waste_slots / c.capacity_slots, s.preemptions,
-                                 s.finished, s.rejected, s.ttft.p90))
+        points.append(sweep_point(c, x, s))
     return points
+
+
+def block_size_configs(cfg: SchedulerConfig,
+                       sizes: tuple[int, ...] = BLOCK_SIZES) -> list[SchedulerConfig]:
+    """Paged pools of the same bytes (cfg's slots) cut into blocks of each size."""
+    slots = cfg.capacity_slots
+    return [replace(cfg.with_pool(block_size=b, num_blocks=max(1, slots // b)),
+                    allocator="paged") for b in sizes]
 
 
 def block_size_sweep(requests, cfg: SchedulerConfig, cost: Cost, seed: int,
                      sizes: tuple[int, ...] = BLOCK_SIZES,
                      progress: Progress = None) -> list[SweepPoint]:
     """Paged pool of the same bytes (cfg's slots) cut into blocks of each size."""
-    slots = cfg.capacity_slots
-    configs = [replace(cfg.with_pool(block_size=b, num_blocks=max(1, slots // b)),
-                       allocator="paged") for b in sizes]
-    return _sweep(requests, configs, list(sizes), cost, seed, progress)
+    return _sweep(requests, block_size_configs(cfg, sizes), list(sizes), cost, seed, progress)
 
 
 def pool_size_sweep(requests, cfg: SchedulerConfig, cost: Cost, seed: int,

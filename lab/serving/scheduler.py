@@ -86,7 +86,7 @@ class Scheduler:
         self._detailed = detail
         self._lookups: list[tuple[int, int, int]] = []
         self._victims: list[tuple[int, int, int, int]] = []
-        if detail and hasattr(self.backend, "new_blocks"):
+        if detail:
             self.backend.new_blocks = {}
 
     @property
@@ -254,7 +254,8 @@ class Scheduler:
             victim.state = S.SWAPPED
             self.swapped.append(victim)
             self.preemptions["swap"] += 1
-            self._say(f"request {victim.req_id} preempted (swap, {moved:,} bytes to CPU): {why}")
+            self._say(f"request {victim.req_id} preempted by swap (vLLM V0): its blocks, "
+                      f"{moved:,} bytes, copied to CPU memory: {why}")
             return
         lost = victim.num_computed
         self.backend.release(victim)

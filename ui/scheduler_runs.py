@@ -1,0 +1,291 @@
+"""The scheduler page's long-running sections: Replay & metrics (and vLLM V1 beside V0),
+the batch chain, the sweeps.
+
+Each replay is kept per user (`ui.memo.per_user`), keyed by its parameters, so a rerun that
+changes nothing runs nothing; a view shows its first replay's result while the others run;
+every long run draws a progress bar, and changing a setting (or the app's Stop) ends it at its
+next update. Each view's work is bounded before it starts (lab.serving.runs.check_work:
+ReplayTooLong says what to lower), and what is kept per user is bounded too: a replay's time
+series is thinned to MAX_POINTS steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import replace
+from typing import Any
+
+import streamlit as st
+
+from lab.figures.scheduler import chain_figure, length_histograms, serving_timeseries, sweep_figure
+from lab.serving.chain import chain_plan, chain_rows, chain_verdict
+from lab.serving.config import SchedulerConfig
+from lab.serving.cost_model import CostModel
+from lab.serving.metrics import Summary, series, summarize
+from lab.serving.runs import (
+    BLOCK_SIZES,
+    Budget,
+    ReplayTooLong,
+    block_size_configs,
+    check_work,
+    part_progress,
+    pool_size_sweep,
+    replay,
+    sweep_point,
+)
+from lab.serving.workloads import PRESETS, RequestSpec, workload_stats
+from ui.layout import explain, show_figure
+from ui.memo import per_user
+from ui.predict import Question, held_back
+from ui.state import choice_param, int_param, set_param
+
+CHAIN_CHOICES = ("none: it held", "1. less waste", "2. more live sequences",
+                 "3. bigger batches", "4. more throughput")
+Requests = tuple[RequestSpec, ...]
+MAX_POINTS = 4_000  # steps of a replay's time series kept per user and drawn
+
+
+def kept(key: str, params: Hashable, compute: Callable[[Callable[[float], None]], Any],
+         label: str) -> Any | None:
+    """compute(progress) once per parameter set, with a progress bar; kept for this user.
+    None, with the reason on the page, when the view's work is refused (ReplayTooLong)."""
+    def make() -> Any:
+        bar = st.progress(0.0, text=label)
+        try:
+            return compute(lambda f: bar.progress(min(1.0, f), text=label))
+        finally:
+            bar.empty()
+
+    try:
+        return per_user(key, params, make)
+    except ReplayTooLong as err:
+        st.error(f"Not run: {err}.", icon=":material/hourglass_top:")
+        return None
+
+
+def runs_kept(key: str, requests: Requests, configs: dict[Hashable, SchedulerConfig],
+              cost: CostModel, seed: int, keep: Callable[[Any], Any], label: str,
+              show: Callable[[dict], None] | None = None) -> dict | None:
+    """keep(each config's replay), kept for this user run by run (a rerun that changes nothing
+    runs nothing), the view's work checked and budgeted as one before the first starts;
+    `show(the results so far)` after each run, so a first result is on the page long before
+    the last run ends. None, with the reason, when the view's work is refused."""
+    try:
+        check_work(requests, list(configs.values()))
+    except ReplayTooLong as err:
+        st.error(f"Not run: {err}.", icon=":material/hourglass_top:")
+        return None
+    bar, budget, done = st.progress(0.0, text=label), Budget(), {}
+    try:
+        for i, (name, c) in enumerate(configs.items()):
+            def make(c: SchedulerConfig = c, i: int = i) -> Any:
+                fraction = part_progress(lambda f: bar.progress(min(1.0, f), text=label), i,
+                                         len(configs))
+                return keep(replay(requests, c, cost, seed, fraction, budget))
+
+            done[name] = per_user(f"{key}_{i}", (requests, c, cost, seed), make)
+            if show is not None and i < len(configs) - 1:
+                show(done)
+    except ReplayTooLong as err:
+        st.error(f"Stopped: {err}.", icon=":material/hourglass_top:")
+        return None
+    finally:
+        bar.empty()
+    return done
+
+
+def _thin(columns: dict[str, Any], limit: int = MAX_POINTS) -> dict[str, Any]:
+    """Every k-th iteration of a replay's time series (the last one kept), at most `limit`."""
+    n = len(next(iter(columns.values()), ()))
+    step = -(-n // limit) if n > limit else 1
+    keep = list(range(0, n, step)) + ([n - 1] if n and (n - 1) % step else [])
+    return {name: values[keep] for name, values in columns.items()}
+
+
+def _percentile_rows(summaries: dict[str, Summary]) -> list[dict[str, Any]]:
+    rows = []
+    for name, s in summaries.items():
+        for metric, p, unit in (("TTFT", s.ttft, 1.0), ("ITL", s.itl, 1e3),
+                                ("end-to-end", s.e2e, 1.0)):
+            rows.append({"allocator": name, "metric": f"{metric} ({'ms' if unit > 1 else 's'})",
+                         "p50": p.p50 * unit, "p90": p.p90 * unit, "p99": p.p99 * unit,
+                         "mean": p.mean * unit})
+    return rows
+
+
+def replay_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, seed: int) -> None:
+    d = workload_stats(requests)
+    st.caption(f"{d['requests']:,} requests · prompt mean {d['prompt_mean']:.0f} (max "
+               f"{d['prompt_max']}) · output mean {d['output_mean']:.0f} (max {d['output_max']})"
+               f" · {cost.label} · {cfg.label}")
+    first = st.empty()
+
+    def show_first(done: dict) -> None:  # the paged replay, while the contiguous one runs
+        s = done["paged"]
+        first.info(f"paged: {s[0].throughput_tok_s:,.0f} tok/s, {s[0].preemptions:,} "
+                   f"preemptions, TTFT p50 {s[0].ttft.p50:.2f} s; the contiguous baseline is "
+                   "still replaying…", icon=":material/hourglass_top:")
+
+    results = runs_kept("sched_replay", requests,
+                        {a: replace(cfg, allocator=a, explain=False) for a in ("paged",
+                                                                              "contiguous")},
+                        cost, seed, lambda sched: (summarize(sched), _thin(series(sched))),
+                        "Replaying the workload on both allocators (allocator only)…",
+                        show_first)
+    first.empty()
+    if results is None:
+        return
+    summaries = {k: results[k][0] for k in ("contiguous", "paged")}
+    cols = st.columns(4)
+    for col, name in zip(cols[:2], summaries):
+        s = summaries[name]
+        col.metric(f"{name}: throughput", f"{s.throughput_tok_s:,.0f} tok/s",
+                   help="Output tokens per simulated second over the whole run.")
+    p, c = summaries["paged"], summaries["contiguous"]
+    cols[2].metric("paged: preemptions", f"{p.preemptions:,}",
+                   help=f"{p.recomputed_tokens:,} tokens recomputed, "
+                        f"{p.swapped_bytes / 2**20:,.1f} MiB swapped.")
+    cols[3].metric("rejected (never fit)", f"{p.rejected} / {c.rejected}",
+                   help="paged / contiguous: requests that could not fit even alone.")
+    show_figure(serving_timeseries({k: results[k][1] for k in summaries}), key="sched_series")
+    st.dataframe(_percentile_rows(summaries), hide_index=True, width="stretch",
+                 column_config={k: st.column_config.NumberColumn(format="%.3f")
+                                for k in ("p50", "p90", "p99", "mean")})
+    show_figure(length_histograms(requests), key="sched_lengths")
+    engines_section(requests, cfg, cost, seed)
+
+
+def engines_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, seed: int) -> None:
+    """vLLM V1 (0.33) beside the paper's V0 (2023) on the same workload, paged, on request."""
+    st.markdown("**vLLM V1 (0.33) and vLLM V0 (the paper, 2023) on this workload**")
+    left, right = st.columns([1, 2], vertical_alignment="bottom")
+    mode = choice_param("vLLM V0 preempts by", "sched_v0_preempt", ["swap", "recompute"],
+                        default="swap", widget="segmented", container=left)
+    params = (requests, cfg, cost, seed, mode)
+    if right.button("Replay under both engines", key="sched_engines_run"):
+        st.session_state["sched_engines_params"] = params
+    if st.session_state.get("sched_engines_params") != params:
+        st.caption("Both paged, same pool, budget and seats, each at its own default "
+                   "watermark (V1: 0, V0: 1%).")
+        return
+    paged = replace(cfg, allocator="paged", explain=False)
+    configs = {e: paged.as_engine(e, mode) for e in ("v1", "v0")}
+    results = runs_kept("sched_engines", requests, configs, cost, seed, summarize,
+                        "Replaying under vLLM V1 and vLLM V0…")
+    if results is None:
+        return
+    rows = []
+    for engine, s in results.items():
+        rows.append({"engine": configs[engine].label, "preemptions": s.preemptions,
+                     "recomputed tokens": s.recomputed_tokens,
+                     "of those, prefix hits on re-admission": s.readmit_hit_tokens,
+                     "swapped MiB": s.swapped_bytes / 2**20,
+                     "TTFT p50 s": s.ttft.p50, "TTFT p90 s": s.ttft.p90,
+                     "ITL p90 ms": s.itl.p90 * 1e3, "throughput tok/s": s.throughput_tok_s})
+    st.dataframe(rows, hide_index=True, width="stretch",
+                 column_config={k: st.column_config.NumberColumn(format="%.2f")
+                                for k in ("swapped MiB", "TTFT p50 s", "TTFT p90 s",
+                                          "ITL p90 ms")})
+    st.caption("Recomputed tokens are what recompute preemption threw away (V1's only kind); "
+               "with prefix caching on, a re-admitted request finds part of them in its own "
+               "cached blocks. Swapped bytes moved to CPU memory and back are V0's other way.")
+
+
+def chain_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, seed: int) -> None:
+    target_ms = int_param("Latency target: ITL p90 (ms)", "sched_itl_target", default=50,
+                          min_value=1, max_value=1000, widget="number",
+                          help="Inter-token latency: the time between two output tokens of one "
+                               "request. p90: 9 in 10 of those gaps are shorter than this.")
+    plan = chain_plan(cfg)
+    first = st.empty()
+
+    def show_first(done: dict) -> None:
+        lines = [f"{c.allocator} at max_num_seqs {c.max_num_seqs}: ITL p90 "
+                 f"{s.itl.p90 * 1e3:,.0f} ms" for c, s in zip(plan, done.values())]
+        first.info("Replayed so far (the verdict comes when all are done): "
+                   + "; ".join(lines), icon=":material/hourglass_top:")
+
+    runs = runs_kept("sched_chain", requests, dict(enumerate(plan)), cost, seed, summarize,
+                     f"Running both allocators at {len(plan) // 2} values of max_num_seqs…",
+                     show_first)
+    first.empty()
+    if runs is None:
+        return
+    rows = chain_rows(list(zip(plan, runs.values())), cfg, target_ms / 1e3)
+    c, p = rows
+    verdict = chain_verdict(c, p)
+    question = Question(
+        "sched_chain_link", "Which link of the chain breaks first on this workload, if any?",
+        answer=CHAIN_CHOICES[verdict.link or 0], choices=CHAIN_CHOICES,
+        explanation=verdict.text, context=(requests, cfg, cost, seed, target_ms))
+    with held_back(question.answered, "the chain and its verdict", key="sched_chain"):
+        show_figure(chain_figure(rows, target_ms), key="sched_chain_fig")
+        best = {r.allocator: r.best_max_num_seqs or "none met it" for r in rows}
+        st.markdown(f"Each allocator at its best max_num_seqs that meets the target (contiguous "
+                    f"{best['contiguous']}, paged {best['paged']}); all four bars come from "
+                    "that run.")
+        icon = {"held": ":material/link:", "weak": ":material/link_off:",
+                "no_target": ":material/timer:"}[verdict.kind]
+        (st.success if verdict.kind == "held" else st.warning)(verdict.text, icon=icon)
+    question.ask()
+    st.button("Load an example where link 4 weakens", key="sched_chain_example",
+              on_click=_example,
+              help="Alpaca-like, 2,000 requests, max_tokens 512, 2,000 blocks, max_num_seqs "
+                   "512, budget 4,096, Llama-3.1-8B on an H100, ITL target 100 ms.")
+    explain("Try the example, then give both allocators a pool of 200,000 blocks: they keep "
+            "the same sequences live and paging buys nothing.")
+
+
+CHAIN_EXAMPLE = {  # tests/test_page_scheduler.py checks that its chain weakens at link 4
+    "big_workload": PRESETS["alpaca"].label, "big_requests": 2000, "big_max_tokens": 512,
+    "big_blocks": 2000, "big_block_size": 16, "big_seats": 512, "big_budget": 4096,
+    "sched_model": "Llama-3.1-8B", "sched_gpu": "H100 80 GB", "sched_itl_target": 100,
+    "big_rate": 0.0}
+
+
+def _example() -> None:
+    for param, value in CHAIN_EXAMPLE.items():
+        set_param(param, value)
+
+
+def sweeps_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, seed: int) -> None:
+    left, right = st.columns(2)
+    if left.button("Sweep block size (1 to 256, same bytes)", key="sched_sweep_bs"):
+        st.session_state["sched_bs_params"] = (requests, cfg, cost, seed)
+    if right.button("Sweep pool size (¼× to 4×)", key="sched_sweep_pool"):
+        st.session_state["sched_pool_params"] = (requests, cfg, cost, seed)
+    if st.session_state.get("sched_bs_params") == (requests, cfg, cost, seed):
+        sizes = sorted(BLOCK_SIZES, key=lambda b: abs(b.bit_length() - 5))  # 16 first
+        configs = dict(zip(sizes, block_size_configs(cfg, tuple(sizes))))
+        chart = st.empty()
+
+        def show_first(done: dict) -> None:
+            points = sorted((sweep_point(configs[b], b, s) for b, s in done.items()),
+                            key=lambda p: p.x)
+            with chart.container():
+                st.caption(f"{len(points)} of {len(sizes)} block sizes replayed…")
+                st.dataframe([{"block size": p.x, "throughput tok/s": round(p.throughput),
+                               "wasted KV": f"{p.waste_share:.1%}",
+                               "preemptions": p.preemptions} for p in points],
+                             hide_index=True)
+
+        done = runs_kept("sched_bs", requests, configs, cost, seed, summarize,
+                         f"Replaying at {len(sizes)} block sizes…", show_first)
+        chart.empty()
+        if done is not None:
+            points = sorted((sweep_point(configs[b], b, s) for b, s in done.items()),
+                            key=lambda p: p.x)
+            show_figure(sweep_figure(points, "block size (tokens)"), key="sched_bs_fig")
+            explain("Both sides of the guide's tradeoff are priced. Small blocks: the kernel pays "
+                    "for every block it visits (a table lookup and a loop turn, charged as 3.2 "
+                    "tokens of extra K/V reads per block: 20% at block size 16, the overhead the "
+                    "vLLM paper measured for its kernel) and the allocator's bookkeeping runs per "
+                    "block taken. Large blocks: each sequence's last block wastes more of the "
+                    "pool, so fewer sequences fit. The best size is where the two meet, for this "
+                    "workload.", title="What the block-size sweep charges")
+    if st.session_state.get("sched_pool_params") == (requests, cfg, cost, seed):
+        points = kept("sched_pool", (requests, cfg, cost, seed),
+                      lambda pr: pool_size_sweep(requests, cfg, cost, seed, progress=pr),
+                      "Replaying at 5 pool sizes on both allocators…")
+        if points is not None:
+            show_figure(sweep_figure(points, "pool size (blocks)"), key="sched_pool_fig")
