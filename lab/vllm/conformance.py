@@ -10,8 +10,10 @@ means):
   preempt, free), replayed on the lab's `KVCacheManager`;
 - `vllm-scheduler-conformance/1`: vLLM's v1 `Scheduler` step by step, replayed on the lab's
   `Scheduler` (its vLLM V1 engine) with the file's configuration;
-- `vllm-hybrid-kv-conformance/1`: several KV cache groups over one pool; the lab's KV cache has
-  one full-attention group, so the line says what that format needs.
+- `vllm-hybrid-kv-conformance/1`: the same loop over several KV cache groups sharing one pool
+  (full attention, sliding window, chunked local), replayed on the lab's `Scheduler` with those
+  groups: besides every scheduler field, each step's block table per group (null block -1)
+  and each lookup's hit per group.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from lab.memory.block_pool import PoolExhausted
 from lab.memory.cache_manager import KVCacheManager
+from lab.memory.kv_cache_groups import group_spec
 from lab.memory.kv_pool import PoolConfig
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import StepClock
@@ -32,9 +35,6 @@ from lab.serving.workloads import RequestSpec
 
 ALLOCATOR, SCHEDULER, HYBRID = ("kv-allocator-conformance/1", "vllm-scheduler-conformance/1",
                                 "vllm-hybrid-kv-conformance/1")
-HYBRID_NEEDS = ("needs KV cache groups (full attention with sliding-window or chunked local "
-                "attention over one pool, out-of-window blocks as the null block, a hit per "
-                "group): the lab's KV cache has one full-attention group")
 
 
 class Mismatch(Exception):
@@ -135,9 +135,7 @@ def replay_allocator(data: dict) -> int:
 # -- vllm-scheduler-conformance/1 --------------------------------------------------------------
 def scheduler_config(c: dict) -> SchedulerConfig:
     """The lab's settings for a trace's `config`, refusing what the lab does not model."""
-    groups = c.get("kv_cache_groups", [{"kind": "full"}])
-    unsupported = {"one full-attention KV cache group": [g["kind"] for g in groups] == ["full"],
-                   "synchronous scheduling": not c.get("async_scheduling"),
+    unsupported = {"synchronous scheduling": not c.get("async_scheduling"),
                    "no speculative decoding": not c.get("speculative_decoding"),
                    "a fixed long_prefill_token_threshold":
                        not c.get("long_prefill_token_threshold_adaptive"),
@@ -154,7 +152,8 @@ def scheduler_config(c: dict) -> SchedulerConfig:
         enable_prefix_caching=c["enable_prefix_caching"],
         enable_chunked_prefill=c["enable_chunked_prefill"],
         scheduler_reserve_full_isl=c["scheduler_reserve_full_isl"], watermark=c["watermark"],
-        max_model_len=c["max_model_len"], explain=False)
+        max_model_len=c["max_model_len"], explain=False,
+        kv_cache_groups=tuple(map(group_spec, c.get("kv_cache_groups", [{"kind": "full"}]))))
 
 
 def scheduler_requests(data: dict) -> tuple[RequestSpec, ...]:
@@ -170,7 +169,7 @@ def scheduler_requests(data: dict) -> tuple[RequestSpec, ...]:
 
 def _entry(e) -> dict:
     entry = {"req": e.req_id, "kind": e.kind, "computed": e.computed, "tokens": e.tokens,
-             "new_blocks": [list(e.new_blocks)] if e.new_blocks else None}
+             "new_blocks": [list(g) for g in e.new_blocks] if e.new_blocks else None}
     if e.kind != "running":
         entry["hit"] = e.computed
     return entry
@@ -198,6 +197,11 @@ def replay_scheduler(data: dict) -> int:
                 for p in s.get("preemptions", [])])
         expect(where, "lookups", [list(x) for x in d.lookups],
                [[x["req"], x["num_tokens"], x["hit"]] for x in s.get("lookups", [])])
+        group_hits, sched.backend.group_hits = sched.backend.group_hits, []
+        for (req, _, _), got, want in zip(d.lookups, group_hits, s.get("lookups", [])):
+            if "group_hits" in want:
+                expect(f"{where}, lookup of request {req}", "group_hits", list(got),
+                       want["group_hits"])
         expect(where, "free_after_schedule", d.free_after_schedule, s["free_after_schedule"])
         expect(where, "finished", list(sched.records[-1].finished_ids), s["finished"])
         expect(where, "free", sched.backend.num_free, s["free"])
@@ -206,7 +210,7 @@ def replay_scheduler(data: dict) -> int:
         if "tables" in s:
             kv = sched.backend.kv_cache
             expect(where, "tables", {str(r): [list(g) for g in kv.block_tables(r)]
-                                     for r in sorted(kv.seq_of)}, s["tables"])
+                                     for r in kv.requests()}, s["tables"])
     expect("the end", "done", sched.done, True)
     expect("the end", "free", sched.backend.num_free, data["config"]["num_blocks"])
     summary = data["summary"]
@@ -215,7 +219,7 @@ def replay_scheduler(data: dict) -> int:
     return len(data["steps"])
 
 
-REPLAYERS = {ALLOCATOR: replay_allocator, SCHEDULER: replay_scheduler}
+REPLAYERS = {ALLOCATOR: replay_allocator, SCHEDULER: replay_scheduler, HYBRID: replay_scheduler}
 
 
 def check_file(path: Path) -> tuple[bool, str]:
@@ -225,8 +229,6 @@ def check_file(path: Path) -> tuple[bool, str]:
     except (OSError, ValueError) as e:
         return False, f"{path.name}: cannot read it: {e}"
     fmt = data.get("format") if isinstance(data, dict) else None
-    if fmt == HYBRID:
-        return False, f"{path.name}: not replayed: {fmt} {HYBRID_NEEDS}"
     if fmt not in REPLAYERS:
         return False, f"{path.name}: unknown format {fmt!r} (known: {', '.join(REPLAYERS)})"
     start = time.process_time()
