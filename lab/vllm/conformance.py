@@ -63,28 +63,42 @@ def prompt_of(data: dict, req: int) -> list[int]:
 
 # -- kv-allocator-conformance/1 ----------------------------------------------------------------
 class AllocatorReplay:
-    """The lab's manager driven by a trace's operations, and its state in the trace's terms."""
+    """The lab's manager driven by a trace's operations, and its state in the trace's terms:
+    the KVCacheManager by default, or `cache`, a KV cache of vLLM V1's interface
+    (find_prefix_hit, can_admit, allocate_slots, free, block_tables) with one full-attention
+    group, e.g. a HybridKVCacheManager."""
 
-    def __init__(self, data: dict) -> None:
+    def __init__(self, data: dict, cache=None) -> None:
         self.data = data
-        config = PoolConfig(num_blocks=data["num_blocks"], block_size=data["block_size"],
-                            num_kv_heads=1, head_dim=8)
-        self.m = KVCacheManager(config, enable_prefix_cache=True, store_kv=False)
-        self.live: dict[int, int] = {}  # request id -> the lab's sequence id
+        self.cache = cache
+        if cache is None:
+            config = PoolConfig(num_blocks=data["num_blocks"], block_size=data["block_size"],
+                                num_kv_heads=1, head_dim=8)
+            cache = self.m = KVCacheManager(config, enable_prefix_cache=True, store_kv=False)
+        self.blocks, self.events = cache.blocks, cache.events
+        self.live: dict[int, int | list[int]] = {}  # request -> sequence id (cache: tokens)
+        self.hit_tokens = 0
+
+    def tokens_of(self, op: dict) -> list[int]:
+        req = op["req"]
+        tokens = prompt_of(self.data, req) + self.data["requests"][req]["output"][:op["outputs"]]
+        expect(f"request {req}'s admission", "num_tokens", len(tokens), op["num_tokens"])
+        return tokens
 
     def apply(self, op: dict) -> dict:
         """Apply one operation; return its outcome fields as the lab sees them."""
+        if self.cache is not None:
+            return self._apply_v1(op)
         m, req, kind = self.m, op["req"], op["op"]
         if kind == "admit":
-            tokens = prompt_of(self.data, req) + self.data["requests"][req]["output"][
-                :op["outputs"]]
-            expect(f"request {req}'s admission", "num_tokens", len(tokens), op["num_tokens"])
+            tokens = self.tokens_of(op)
             try:
                 seq = m.add_sequence(tokens)
             except PoolExhausted:
                 return {"ok": False}
             m.commit(seq.seq_id, len(tokens))  # its full blocks get their hashes now
             self.live[req] = seq.seq_id
+            self.hit_tokens += seq.num_cached_tokens
             return {"ok": True, "hit": seq.num_cached_tokens, "table": list(seq.block_table)}
         sid = self.live[req]
         seq = m.sequences[sid]
@@ -100,10 +114,35 @@ class AllocatorReplay:
         m.free(self.live.pop(req))
         return outcome
 
+    def _apply_v1(self, op: dict) -> dict:
+        c, req, kind = self.cache, op["req"], op["op"]
+        if kind == "admit":
+            tokens = self.tokens_of(op)
+            hit_tokens, hit = c.find_prefix_hit(tokens)
+            if not c.can_admit(len(tokens), hit_tokens, hit):
+                return {"ok": False}
+            c.allocate_slots(req, tokens, hit_tokens, len(tokens) - hit_tokens, hit)
+            self.live[req] = tokens
+            self.hit_tokens += hit_tokens
+            return {"ok": True, "hit": hit_tokens, "table": c.block_tables(req)[0]}
+        if kind == "append":
+            tokens = self.live[req] + [op["token"]]
+            if c.allocate_slots(req, tokens, len(tokens) - 1, 1) is None:
+                return {"ok": False}
+            self.live[req] = tokens
+            return {"ok": True, "table": c.block_tables(req)[0]}
+        assert kind in ("preempt", "free"), kind
+        outcome = {"num_tokens": len(self.live.pop(req)), "table": c.block_tables(req)[0]}
+        c.free(req)
+        return outcome
+
     def state(self) -> dict:
-        blocks = self.m.blocks
+        blocks = self.blocks
         return {"free": blocks.num_free, "free_queue": blocks.free_queue(),
                 "cached": [b for b in range(blocks.num_blocks) if blocks.block_hash[b] is not None]}
+
+    def check_invariants(self) -> None:
+        (self.cache or self.m).check_invariants()
 
 
 def _compare(where: str, got: dict, want: dict, fields) -> None:
@@ -112,8 +151,10 @@ def _compare(where: str, got: dict, want: dict, fields) -> None:
             expect(where, field, got[field], want[field])
 
 
-def replay_allocator(data: dict) -> int:
-    replay = AllocatorReplay(data)
+def replay_allocator(data: dict, cache=None) -> int:
+    """Replay an allocator trace on the lab's KVCacheManager (or on `cache`, as
+    AllocatorReplay says); return the steps checked."""
+    replay = AllocatorReplay(data, cache)
     for step in data["steps"]:
         for i, op in enumerate(step["ops"]):
             where = f"step {step['step']}, operation {i} ({op['op']} of request {op['req']})"
@@ -122,13 +163,16 @@ def replay_allocator(data: dict) -> int:
             _compare(where, replay.state(), op, ("free", "free_queue", "cached"))
         _compare(f"the end of step {step['step']}", replay.state(), step,
                  ("free", "free_queue", "cached"))
-        replay.m.check_invariants()
-    m, summary = replay.m, data["summary"]
+        replay.check_invariants()
+    summary = data["summary"]
     expect("the end", "live requests", sorted(replay.live), [])
-    expect("the end", "free", m.blocks.num_free, data["num_blocks"])
-    expect("the end", "hit_tokens", m.prefix_hit_tokens, summary["hit_tokens"])
-    evictions = sum(e.kind == "evict" for e in m.events.events)
-    expect("the end", "cached_blocks_evicted", evictions, summary["cached_blocks_evicted"])
+    expect("the end", "free", replay.blocks.num_free, data["num_blocks"])
+    expect("the end", "hit_tokens", replay.hit_tokens, summary["hit_tokens"])
+    if replay.cache is None:  # the manager's own count
+        expect("the end", "hit_tokens", replay.m.prefix_hit_tokens, summary["hit_tokens"])
+    if replay.events.keep:
+        evictions = sum(e.kind == "evict" for e in replay.events.events)
+        expect("the end", "cached_blocks_evicted", evictions, summary["cached_blocks_evicted"])
     return len(data["steps"])
 
 
