@@ -1,6 +1,7 @@
 """The lab replays vLLM 0.33.0's own outcomes: `python -m lab.vllm.conformance` on every golden
 trace of ../shared/conformance/ (the allocator's operations on the lab's KVCacheManager, the v1
-Scheduler's steps on the lab's Scheduler; their READMEs define every field).
+Scheduler's steps on the lab's Scheduler, with one KV cache group or the hybrid traces' several;
+their READMEs define every field).
 
 The replayer compares every value after every operation or step and names the first
 difference; a test alters one expected value of a trace and checks that it is caught there.
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.vllm.conformance import HYBRID, check_file, load, main
+from lab.vllm.conformance import check_file, load, main
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT.parent / "shared" / "conformance"
@@ -29,11 +30,8 @@ ABSENT = pytest.mark.skipif(not GOLDEN.is_dir(), reason=f"no golden traces: {GOL
                          ids=lambda p: str(p.relative_to(GOLDEN)) if p else "none")
 def test_replay_matches_vllm(path: Path):
     ok, line = check_file(path)
-    if load(path)["format"] == HYBRID:  # KV cache groups are not in the lab yet
-        assert not ok and "needs KV cache groups" in line, line
-    else:
-        assert ok, line
-        assert "identical" in line and "s CPU" in line
+    assert ok, line
+    assert "identical" in line and "s CPU" in line
 
 
 @ABSENT
@@ -49,6 +47,19 @@ def test_an_altered_value_fails_at_its_step(tmp_path: Path):
     assert "step 5, request 2, field 'computed': lab 8, vLLM 4" in line, line
     assert main([str(GOLDEN / "scheduler" / "tiny.json"), str(altered)]) == 1
     assert main([str(GOLDEN / "scheduler" / "tiny.json")]) == 0
+
+
+@ABSENT
+def test_an_altered_null_entry_fails_at_its_step(tmp_path: Path):
+    data = load(GOLDEN / "hybrid" / "tiny_swa.json")
+    step = next(s for s in data["steps"] if s["step"] == 1)
+    assert step["tables"]["0"][1][0] == -1  # the window of 8 has left block 3 behind
+    step["tables"]["0"][1][0] = 3
+    altered = tmp_path / "tiny_swa_altered.json"
+    altered.write_text(json.dumps(data))
+    ok, line = check_file(altered)
+    assert not ok
+    assert "step 1, field 'tables': lab {'0': [[0, 1, 2, 6, 7, 8], [-1, 4," in line, line
 
 
 @ABSENT

@@ -1,9 +1,11 @@
-"""The hybrid KV cache manager replays vLLM 0.33.0's recorded decisions, value for value.
+"""The hybrid KV cache manager alone replays vLLM 0.33.0's recorded decisions, value for value.
 
 The traces (../shared/conformance/hybrid/ and ../shared/conformance/scheduler/, READMEs there)
-were recorded from vLLM's v1 Scheduler over its KV cache manager. This test has no scheduler:
-it replays what vLLM's scheduler decided, step by step, and asks the lab's manager only what
-vLLM asked its own:
+were recorded from vLLM's v1 Scheduler over its KV cache manager. The lab's scheduler replays
+every one of them over its backends (`python -m lab.vllm.conformance`, tests/test_conformance.py:
+the hybrid traces over this manager). This test has no scheduler, so a difference it finds is
+the manager's: it replays what vLLM's scheduler decided, step by step, and asks the lab's
+manager only what vLLM asked its own:
 - each scheduled running request, in order, gets slots for its tokens; when that fails, the
   step's next preemption victim is freed and the request asks again;
 - victims left after that preempted themselves: the last one asked for slots first (which
@@ -17,27 +19,28 @@ request's table per group with its null positions. The first difference fails th
 naming the step, the field and both values.
 
 With one full-attention group the same manager reproduces vLLM's single-group KV cache
-manager, as the lab's KVCacheManager does: through the scheduler traces' decisions, and through
-the allocator traces the KVCacheManager replays (tests/test_conformance.py), down to the free
-queue and the cached blocks after every operation.
+manager, as the lab's KVCacheManager does (the lab's scheduler serves one group from that one):
+through the scheduler traces' decisions, and through the allocator traces, replayed by the
+replayer's own AllocatorReplay, down to the free queue and the cached blocks after every
+operation.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 
 import pytest
 
 from lab.memory.hybrid_cache_manager import HybridKVCacheManager
 from lab.memory.kv_cache_groups import FullAttention
-from lab.vllm.conformance import AllocatorReplay, compare, prompt_of
+from lab.vllm import conformance
+from lab.vllm.conformance import prompt_of, replay_allocator
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT.parent / "shared" / "conformance"
-ALLOCATOR_FILES = sorted(GOLDEN.glob("*.json*")) if GOLDEN.is_dir() else []
-HYBRID = ["tiny_swa.json", "swa128_full_150.json.gz", "chunked64_full_150.json.gz"]
+# The readable trace only: the realistic ones run through the scheduler over this manager.
+HYBRID = ["tiny_swa.json"]
+ALLOCATOR = sorted(GOLDEN.glob("*.json*")) if GOLDEN.is_dir() else []
 # FCFS traces only: under the priority policy a victim may have been scheduled earlier in its
 # step, and the trace does not say how many tokens it had asked for.
 SINGLE_GROUP = ["tiny.json", "fcfs_prefix_300.json.gz", "fcfs_noprefix_300.json.gz"]
@@ -46,8 +49,7 @@ SINGLE_GROUP = ["tiny.json", "fcfs_prefix_300.json.gz", "fcfs_noprefix_300.json.
 def load(path: Path) -> dict:
     if not path.is_file():
         pytest.skip(f"golden trace {path} not present")
-    with (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as f:
-        return json.load(f)
+    return conformance.load(path)
 
 
 class Replay:
@@ -59,11 +61,6 @@ class Replay:
         self.m = HybridKVCacheManager.from_config(self.config, record_events=False)
         self.tokens: dict[int, list[int]] = {}  # request -> prompt + outputs so far
         self.step = -1
-
-    def prompt(self, req: int) -> list[int]:
-        pieces = self.data["pieces"]
-        return [t for part in self.data["requests"][req]["prompt"]
-                for t in (pieces[part] if isinstance(part, str) else part)]
 
     def expect(self, field: str, got: object, want: object) -> None:
         if got != want:
@@ -79,7 +76,7 @@ class Replay:
     def play(self, s: dict) -> None:
         m = self.m
         for r in s.get("arrivals", []):
-            self.tokens[r] = self.prompt(r)
+            self.tokens[r] = prompt_of(self.data, r)
         victims = list(s["preempted"])
         records = {p["req"]: p for p in s.get("preemptions", [])}
 
@@ -155,48 +152,14 @@ def test_one_full_group_is_the_single_group_manager(name: str) -> None:
     Replay(data).run()
 
 
-class OneFullGroup(AllocatorReplay):
-    """The allocator traces (../shared/conformance/*.json*, the ones the lab's KVCacheManager
-    replays in tests/test_conformance.py) through a HybridKVCacheManager with one full group:
-    the same outcomes, free queue (head first) and cached blocks after every operation."""
-
-    def __init__(self, data: dict) -> None:
-        self.data = data
-        unbounded = 1 << 20  # no step budget or length limit in these traces
-        self.m = HybridKVCacheManager([FullAttention()], data["num_blocks"], data["block_size"],
-                                      unbounded, unbounded, record_events=False)
-        self.live: dict[int, list[int]] = {}  # request id -> its tokens
-
-    def apply(self, op: dict) -> dict:
-        m, req = self.m, op["req"]
-        if op["op"] == "admit":
-            tokens = prompt_of(self.data, req) + self.data["requests"][req]["output"][
-                :op["outputs"]]
-            hit_tokens, hit = m.find_prefix_hit(tokens)
-            if not m.can_admit(len(tokens), hit_tokens, hit):
-                return {"ok": False}
-            assert m.allocate_slots(req, tokens, hit_tokens, len(tokens) - hit_tokens, hit)
-            self.live[req] = tokens
-            return {"ok": True, "hit": hit_tokens, "table": m.block_tables(req)[0]}
-        if op["op"] == "append":
-            tokens = self.live[req] + [op["token"]]
-            if m.allocate_slots(req, tokens, len(tokens) - 1, 1) is None:
-                return {"ok": False}
-            self.live[req] = tokens
-            return {"ok": True, "table": m.block_tables(req)[0]}
-        outcome = {"num_tokens": len(self.live.pop(req)), "table": m.block_tables(req)[0]}
-        m.free(req)
-        return outcome
-
-
-@pytest.mark.parametrize("path", ALLOCATOR_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALLOCATOR or [pytest.param(None, marks=pytest.mark.skip(
+    reason=f"no golden traces in {GOLDEN}"))], ids=lambda p: p.name if p else "none")
 def test_one_full_group_replays_the_allocator_traces(path: Path) -> None:
+    """The allocator traces through a HybridKVCacheManager of one full group: the same
+    outcomes, free queue (head first) and cached blocks after every operation."""
     data = load(path)
-    replay = OneFullGroup(data)
-    for step in data["steps"]:
-        for i, op in enumerate(step["ops"]):  # its outcome and the state it left
-            seen = {**replay.apply(op), **replay.state()}
-            compare(f"step {step['step']}, operation {i} ({op['op']})", seen, op, tuple(seen))
-        compare(f"step {step['step']}", replay.state(), step, ("free", "free_queue", "cached"))
-        replay.m.check_invariants()
-    assert not replay.live and replay.m.num_free == data["num_blocks"]
+    unbounded = 1 << 20  # no step budget or length limit in these traces
+    cache = HybridKVCacheManager([FullAttention()], data["num_blocks"], data["block_size"],
+                                 unbounded, unbounded)
+    assert replay_allocator(data, cache) == len(data["steps"])
+    assert cache.requests() == [] and cache.num_free == data["num_blocks"]

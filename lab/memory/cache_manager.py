@@ -343,3 +343,7 @@ class SingleGroupCache:
 
     def block_tables(self, req_id: int) -> GroupBlocks:
         return (list(self.manager.sequences[self.seq_of[req_id]].block_table),)
+
+    def requests(self) -> list[int]:
+        """The requests holding blocks, in the order they were admitted."""
+        return list(self.seq_of)

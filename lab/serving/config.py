@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from lab.memory.kv_cache_groups import FullAttention, GroupSpec
 from lab.memory.kv_pool import PoolConfig
 
 Engine = Literal["v1", "v0"]
@@ -53,6 +54,10 @@ class SchedulerConfig:
     num_cpu_blocks: int = 0  # V0's swap space; 0 = as many as the device pool
     num_heads: int = 4  # query heads in compute mode (a multiple of the pool's KV heads)
     explain: bool = True  # keep the one-line decisions of every step
+    # The model's KV cache groups over the one pool, in group order (vLLM's
+    # kv_cache_config.kv_cache_groups): one full-attention group, or a mix with sliding-window
+    # or chunked-local groups, each request then holding a block table per group.
+    kv_cache_groups: tuple[GroupSpec, ...] = (FullAttention(),)
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "num_heads"):
@@ -81,6 +86,15 @@ class SchedulerConfig:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be {' or '.join(allowed)}, "
                                  f"got {getattr(self, name)!r}")
+        groups = self.kv_cache_groups
+        if not isinstance(groups, tuple) or not groups or not all(
+                isinstance(g, GroupSpec) for g in groups):
+            raise ValueError("kv_cache_groups must be a non-empty tuple of KV cache groups "
+                             f"(FullAttention, SlidingWindow, ChunkedLocal), got {groups!r}")
+        if not self.one_full_group and (self.engine, self.allocator, self.compute) != (
+                "v1", "paged", False):
+            raise ValueError("KV cache groups other than one full-attention group run on the "
+                             "paged pool under vLLM V1, allocator only (compute=False)")
         if self.engine == "v1" and self.preemption_mode == "swap":
             raise ValueError("vLLM V1 preempts by recompute only: swap preemption is vLLM V0's "
                              "(engine='v0')")
@@ -88,6 +102,11 @@ class SchedulerConfig:
     @property
     def label(self) -> str:
         return ENGINE_LABELS[self.engine]
+
+    @property
+    def one_full_group(self) -> bool:
+        """Every layer full attention: one block table per request."""
+        return self.kv_cache_groups == (FullAttention(),)
 
     @property
     def num_blocks(self) -> int:

@@ -5,13 +5,13 @@ prefix cache hold of it? can it be admitted now? memory for its next tokens? may
 out?), so one scheduler drives either and their runs can be compared; the scheduler never asks
 which one it has.
 
-Paged: vLLM V1's view of the KV cache manager (`SingleGroupCache`: find the prefix hit, check
-the whole sequence fits, allocate a step's slots, free) over the lab's `KVCacheManager`, the
-real block pool and, in compute mode, the real K/V tensors. Admission takes blocks for the
-tokens the scheduler says (vLLM V1: the hit and the first chunk; vLLM V0: the whole prompt);
-a step's tokens that fit in the request's own last block need nothing from the pool, so the
-scheduler calls `grow` only when they need a block, or, with prefix caching, fill one (vLLM
-hashes a block when it allocates the step that fills it).
+Paged: vLLM V1's view of the KV cache manager (find the prefix hit, check the whole sequence
+fits, allocate a step's slots, free; block lists per KV cache group): one full-attention group
+is `SingleGroupCache` over the lab's `KVCacheManager`, the real block pool and, in compute mode,
+the real K/V tensors; several groups are `GroupedBackend` (group_backend.py). Admission takes
+blocks for the tokens the scheduler says (V1: the hit and the first chunk; V0: the whole
+prompt); tokens that fit in the request's own last block need nothing from the pool, so the
+scheduler calls `grow` only when they need a block or, hashing, fill one.
 
 Contiguous: the lab's `ContiguousAllocator`, same number of slots; admission reserves
 prompt + max_tokens in one region, so decode never needs memory and never preempts.
@@ -25,8 +25,6 @@ import numpy as np
 import torch
 
 from kernels.reference import AttentionCheck
-from lab.memory.block_pool import KVCacheError
-from lab.memory.block_table import blocks_for
 from lab.memory.cache_manager import GroupBlocks, KVCacheManager, SingleGroupCache
 from lab.memory.contiguous import ContiguousAllocator, ContiguousPicture
 from lab.memory.events import EventLog
@@ -34,14 +32,10 @@ from lab.memory.kernel_check import check_kernel
 from lab.memory.snapshot import Snapshot
 from lab.memory.swap import SwapSpace
 from lab.serving.config import AllocatorKind, SchedulerConfig
+from lab.serving.group_backend import GroupedBackend
+from lab.serving.paged_admission import Batch, NotSupported, PagedAdmission, shortfall
 from lab.serving.request import Request
 from lab.serving.synthetic_kv import SyntheticKV
-
-Batch = list[tuple[Request, int, int]]  # (request, first new position, new tokens)
-
-
-class NotSupported(KVCacheError):
-    """The backend cannot do this (e.g. swap out a contiguous reservation)."""
 
 
 class KVBackend(Protocol):
@@ -104,78 +98,28 @@ class KVBackend(Protocol):
     def check_invariants(self, running: list[Request]) -> None: ...
 
 
-def _shortfall(need: int, free: int, mark: int) -> str | None:
-    if need + mark > free:
-        held = f", {mark} held back as watermark" if mark else ""
-        return f"needs {need} blocks, {free} free{held}"
-    return None
-
-
-class PagedBackend:
+class PagedBackend(PagedAdmission):
     name: AllocatorKind = "paged"
 
     def __init__(self, cfg: SchedulerConfig, seed: int) -> None:
-        self.cfg = cfg
         device = None if cfg.compute else torch.device("cpu")
         # Big replays (explain off) keep no per-block events.
         self.manager = KVCacheManager(cfg.pool, device, cfg.enable_prefix_caching,
                                       store_kv=cfg.compute, record_events=cfg.explain)
-        self.kv_cache = SingleGroupCache(self.manager)
-        self.events = self.manager.events
-        self.blocks = self.manager.blocks
+        super().__init__(cfg, SingleGroupCache(self.manager), self.manager.events,
+                         self.manager.blocks)
         self.swap = SwapSpace(self.manager, cfg.num_cpu_blocks or cfg.num_blocks)
         self.kv = SyntheticKV(cfg.pool, seed, cfg.num_heads) if cfg.compute else None
         self.computes = cfg.compute
-        self.hashes = cfg.enable_prefix_caching
-        self.block_size = cfg.block_size
-        self.taken = 0
-        self._hit: tuple[int, int, GroupBlocks] = (-1, 0, ([],))  # (request, tokens, blocks)
-        self.new_blocks: dict[int, list[int]] | None = None  # a step's blocks, when traced
 
-    @property
-    def num_free(self) -> int:
-        return self.blocks.num_free
-
-    # -- admission ---------------------------------------------------------------------------
-    def never_fits(self, req: Request) -> str | None:
-        need = blocks_for(req.longest, self.cfg.block_size)
-        # V1 holds its watermark back only while something else runs: alone, a request has all.
-        room = self.cfg.num_blocks - (self.cfg.watermark_blocks if self.cfg.engine == "v0" else 0)
-        if need > room:
-            return (f"needs {need} blocks at its longest (prompt {req.spec.prompt_len} + "
-                    f"max_tokens {req.max_tokens}), the pool admits at most {room}")
-        return None
-
-    def lookup(self, req: Request) -> int:
-        hit_tokens, hit = self.kv_cache.find_prefix_hit(req.tokens)
-        self._hit = (req.req_id, hit_tokens, hit)
-        return hit_tokens
-
-    def _hit_of(self, req: Request) -> tuple[int, GroupBlocks]:
-        req_id, hit_tokens, hit = self._hit
-        assert req_id == req.req_id, "admission without its lookup"
-        return hit_tokens, hit
-
-    def admit_shortfall(self, req: Request, reserve: int) -> str | None:
-        """Its whole current sequence must fit, `reserve` blocks kept free besides."""
-        _, hit = self._hit_of(req)
-        return _shortfall(self.kv_cache.blocks_to_admit(req.length, hit), self.blocks.num_free,
-                          reserve)
-
-    def admit(self, req: Request, num_tokens: int, reserve: int) -> int | None:
-        hit_tokens, hit = self._hit_of(req)
-        new = self.kv_cache.allocate_slots(req.req_id, req.tokens, hit_tokens,
-                                           num_tokens - hit_tokens, hit, reserve)
-        if new is None:
-            return None
-        self._hit = (-1, 0, ([],))
+    def _admitted(self, req: Request, new: GroupBlocks, hit_tokens: int) -> GroupBlocks:
+        # One group: allocate_slots returned the whole table; the request learns its sequence.
         req.seq_id = self.kv_cache.seq_of[req.req_id]
         req.block_table = tuple(new[0])
-        req.num_computed = req.num_cached = hit_tokens
-        self.taken += len(new[0])  # a prefix hit is bookkeeping too: a lookup, a reference
-        if self.new_blocks is not None:
-            self.new_blocks[req.req_id] = new[0]
-        return len(new[0]) * self.cfg.block_size
+        return new
+
+    def capacity(self, req: Request, num_tokens: int) -> int:
+        return self.manager.sequences[req.seq_id].num_blocks * self.cfg.block_size
 
     # -- growth ------------------------------------------------------------------------------
     def sync(self, req: Request, upto: int) -> None:
@@ -184,16 +128,6 @@ class PagedBackend:
         if upto > len(seq):
             assert upto <= seq.num_blocks * self.cfg.block_size, "sync past the blocks"
             self.manager.extend(req.seq_id, req.planned[len(seq):upto])
-
-    def grow(self, req: Request, computed: int, num_new: int) -> int | None:
-        # Its planned tokens stand for its current ones: only those before the end are read.
-        new = self.kv_cache.allocate_slots(req.req_id, req.planned, computed, num_new)
-        if new is None:
-            return None
-        self.taken += len(new[0])
-        if self.new_blocks is not None and new[0]:
-            self.new_blocks.setdefault(req.req_id, []).extend(new[0])
-        return self.manager.sequences[req.seq_id].num_blocks * self.cfg.block_size
 
     def compute(self, batch: Batch) -> AttentionCheck | None:
         if self.kv is None:
@@ -233,7 +167,7 @@ class PagedBackend:
 
     def swap_in_shortfall(self, req: Request, reserve: int) -> str | None:
         need = self.swap.blocks_to_swap_in(req.swapped) + 1  # + room for its next token
-        return _shortfall(need, self.blocks.num_free, reserve)
+        return shortfall(need, self.blocks.num_free, reserve)
 
     def swap_in(self, req: Request) -> tuple[int, int]:
         swapped = req.swapped
@@ -369,4 +303,6 @@ class ContiguousBackend:
 
 
 def make_backend(cfg: SchedulerConfig, seed: int) -> KVBackend:
-    return PagedBackend(cfg, seed) if cfg.allocator == "paged" else ContiguousBackend(cfg, seed)
+    if cfg.allocator == "contiguous":
+        return ContiguousBackend(cfg, seed)
+    return PagedBackend(cfg, seed) if cfg.one_full_group else GroupedBackend(cfg, seed)

@@ -93,7 +93,8 @@ class ScheduledEntry:
     kind: str  # "new", "resumed" (re-admitted after a preemption) or "running"
     computed: int  # num_computed_tokens before the step (new/resumed: the prefix hit)
     tokens: int  # num_scheduled_tokens
-    new_blocks: tuple[int, ...]  # new/resumed: the whole table; running: the blocks appended
+    # Per KV cache group: new/resumed, the whole table (-1 null); running, the blocks appended.
+    new_blocks: tuple[list[int], ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,10 @@ means):
   preempt, free), replayed on the lab's `KVCacheManager`;
 - `vllm-scheduler-conformance/1`: vLLM's v1 `Scheduler` step by step, replayed on the lab's
   `Scheduler` (its vLLM V1 engine) with the file's configuration;
-- `vllm-hybrid-kv-conformance/1`: several KV cache groups over one pool; the lab's KV cache has
-  one full-attention group, so the line says what that format needs.
+- `vllm-hybrid-kv-conformance/1`: the same loop over several KV cache groups sharing one pool
+  (full attention, sliding window, chunked local), replayed on the lab's `Scheduler` with those
+  groups: besides every scheduler field, each step's block table per group (null block -1)
+  and each lookup's hit per group.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from lab.memory.block_pool import PoolExhausted
 from lab.memory.cache_manager import KVCacheManager
+from lab.memory.kv_cache_groups import group_spec
 from lab.memory.kv_pool import PoolConfig
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import StepClock
@@ -32,9 +35,6 @@ from lab.serving.workloads import RequestSpec
 
 ALLOCATOR, SCHEDULER, HYBRID = ("kv-allocator-conformance/1", "vllm-scheduler-conformance/1",
                                 "vllm-hybrid-kv-conformance/1")
-HYBRID_NEEDS = ("needs KV cache groups (full attention with sliding-window or chunked local "
-                "attention over one pool, out-of-window blocks as the null block, a hit per "
-                "group): the lab's KV cache has one full-attention group")
 
 
 class Mismatch(Exception):
@@ -63,28 +63,42 @@ def prompt_of(data: dict, req: int) -> list[int]:
 
 # -- kv-allocator-conformance/1 ----------------------------------------------------------------
 class AllocatorReplay:
-    """The lab's manager driven by a trace's operations, and its state in the trace's terms."""
+    """The lab's manager driven by a trace's operations, and its state in the trace's terms:
+    the KVCacheManager by default, or `cache`, a KV cache of vLLM V1's interface
+    (find_prefix_hit, can_admit, allocate_slots, free, block_tables) with one full-attention
+    group, e.g. a HybridKVCacheManager."""
 
-    def __init__(self, data: dict) -> None:
+    def __init__(self, data: dict, cache=None) -> None:
         self.data = data
-        config = PoolConfig(num_blocks=data["num_blocks"], block_size=data["block_size"],
-                            num_kv_heads=1, head_dim=8)
-        self.m = KVCacheManager(config, enable_prefix_cache=True, store_kv=False)
-        self.live: dict[int, int] = {}  # request id -> the lab's sequence id
+        self.cache = cache
+        if cache is None:
+            config = PoolConfig(num_blocks=data["num_blocks"], block_size=data["block_size"],
+                                num_kv_heads=1, head_dim=8)
+            cache = self.m = KVCacheManager(config, enable_prefix_cache=True, store_kv=False)
+        self.blocks, self.events = cache.blocks, cache.events
+        self.live: dict[int, int | list[int]] = {}  # request -> sequence id (cache: tokens)
+        self.hit_tokens = 0
+
+    def tokens_of(self, op: dict) -> list[int]:
+        req = op["req"]
+        tokens = prompt_of(self.data, req) + self.data["requests"][req]["output"][:op["outputs"]]
+        expect(f"request {req}'s admission", "num_tokens", len(tokens), op["num_tokens"])
+        return tokens
 
     def apply(self, op: dict) -> dict:
         """Apply one operation; return its outcome fields as the lab sees them."""
+        if self.cache is not None:
+            return self._apply_v1(op)
         m, req, kind = self.m, op["req"], op["op"]
         if kind == "admit":
-            tokens = prompt_of(self.data, req) + self.data["requests"][req]["output"][
-                :op["outputs"]]
-            expect(f"request {req}'s admission", "num_tokens", len(tokens), op["num_tokens"])
+            tokens = self.tokens_of(op)
             try:
                 seq = m.add_sequence(tokens)
             except PoolExhausted:
                 return {"ok": False}
             m.commit(seq.seq_id, len(tokens))  # its full blocks get their hashes now
             self.live[req] = seq.seq_id
+            self.hit_tokens += seq.num_cached_tokens
             return {"ok": True, "hit": seq.num_cached_tokens, "table": list(seq.block_table)}
         sid = self.live[req]
         seq = m.sequences[sid]
@@ -100,10 +114,35 @@ class AllocatorReplay:
         m.free(self.live.pop(req))
         return outcome
 
+    def _apply_v1(self, op: dict) -> dict:
+        c, req, kind = self.cache, op["req"], op["op"]
+        if kind == "admit":
+            tokens = self.tokens_of(op)
+            hit_tokens, hit = c.find_prefix_hit(tokens)
+            if not c.can_admit(len(tokens), hit_tokens, hit):
+                return {"ok": False}
+            c.allocate_slots(req, tokens, hit_tokens, len(tokens) - hit_tokens, hit)
+            self.live[req] = tokens
+            self.hit_tokens += hit_tokens
+            return {"ok": True, "hit": hit_tokens, "table": c.block_tables(req)[0]}
+        if kind == "append":
+            tokens = self.live[req] + [op["token"]]
+            if c.allocate_slots(req, tokens, len(tokens) - 1, 1) is None:
+                return {"ok": False}
+            self.live[req] = tokens
+            return {"ok": True, "table": c.block_tables(req)[0]}
+        assert kind in ("preempt", "free"), kind
+        outcome = {"num_tokens": len(self.live.pop(req)), "table": c.block_tables(req)[0]}
+        c.free(req)
+        return outcome
+
     def state(self) -> dict:
-        blocks = self.m.blocks
+        blocks = self.blocks
         return {"free": blocks.num_free, "free_queue": blocks.free_queue(),
                 "cached": [b for b in range(blocks.num_blocks) if blocks.block_hash[b] is not None]}
+
+    def check_invariants(self) -> None:
+        (self.cache or self.m).check_invariants()
 
 
 def compare(where: str, got: dict, want: dict, fields) -> None:
@@ -112,8 +151,10 @@ def compare(where: str, got: dict, want: dict, fields) -> None:
             expect(where, field, got[field], want[field])
 
 
-def replay_allocator(data: dict) -> int:
-    replay = AllocatorReplay(data)
+def replay_allocator(data: dict, cache=None) -> int:
+    """Replay an allocator trace on the lab's KVCacheManager (or on `cache`, as
+    AllocatorReplay says); return the steps checked."""
+    replay = AllocatorReplay(data, cache)
     for step in data["steps"]:
         for i, op in enumerate(step["ops"]):
             where = f"step {step['step']}, operation {i} ({op['op']} of request {op['req']})"
@@ -122,22 +163,23 @@ def replay_allocator(data: dict) -> int:
             compare(where, replay.state(), op, ("free", "free_queue", "cached"))
         compare(f"the end of step {step['step']}", replay.state(), step,
                  ("free", "free_queue", "cached"))
-        replay.m.check_invariants()
-    m, summary = replay.m, data["summary"]
+        replay.check_invariants()
+    summary = data["summary"]
     expect("the end", "live requests", sorted(replay.live), [])
-    expect("the end", "free", m.blocks.num_free, data["num_blocks"])
-    expect("the end", "hit_tokens", m.prefix_hit_tokens, summary["hit_tokens"])
-    evictions = sum(e.kind == "evict" for e in m.events.events)
-    expect("the end", "cached_blocks_evicted", evictions, summary["cached_blocks_evicted"])
+    expect("the end", "free", replay.blocks.num_free, data["num_blocks"])
+    expect("the end", "hit_tokens", replay.hit_tokens, summary["hit_tokens"])
+    if replay.cache is None:  # the manager's own count
+        expect("the end", "hit_tokens", replay.m.prefix_hit_tokens, summary["hit_tokens"])
+    if replay.events.keep:
+        evictions = sum(e.kind == "evict" for e in replay.events.events)
+        expect("the end", "cached_blocks_evicted", evictions, summary["cached_blocks_evicted"])
     return len(data["steps"])
 
 
 # -- vllm-scheduler-conformance/1 --------------------------------------------------------------
 def scheduler_config(c: dict) -> SchedulerConfig:
     """The lab's settings for a trace's `config`, refusing what the lab does not model."""
-    groups = c.get("kv_cache_groups", [{"kind": "full"}])
-    unsupported = {"one full-attention KV cache group": [g["kind"] for g in groups] == ["full"],
-                   "synchronous scheduling": not c.get("async_scheduling"),
+    unsupported = {"synchronous scheduling": not c.get("async_scheduling"),
                    "no speculative decoding": not c.get("speculative_decoding"),
                    "a fixed long_prefill_token_threshold":
                        not c.get("long_prefill_token_threshold_adaptive"),
@@ -154,7 +196,8 @@ def scheduler_config(c: dict) -> SchedulerConfig:
         enable_prefix_caching=c["enable_prefix_caching"],
         enable_chunked_prefill=c["enable_chunked_prefill"],
         scheduler_reserve_full_isl=c["scheduler_reserve_full_isl"], watermark=c["watermark"],
-        max_model_len=c["max_model_len"], explain=False)
+        max_model_len=c["max_model_len"], explain=False,
+        kv_cache_groups=tuple(map(group_spec, c.get("kv_cache_groups", [{"kind": "full"}]))))
 
 
 def scheduler_requests(data: dict) -> tuple[RequestSpec, ...]:
@@ -170,7 +213,7 @@ def scheduler_requests(data: dict) -> tuple[RequestSpec, ...]:
 
 def _entry(e) -> dict:
     entry = {"req": e.req_id, "kind": e.kind, "computed": e.computed, "tokens": e.tokens,
-             "new_blocks": [list(e.new_blocks)] if e.new_blocks else None}
+             "new_blocks": [list(g) for g in e.new_blocks] if e.new_blocks else None}
     if e.kind != "running":
         entry["hit"] = e.computed
     return entry
@@ -198,6 +241,11 @@ def replay_scheduler(data: dict) -> int:
                 for p in s.get("preemptions", [])])
         expect(where, "lookups", [list(x) for x in d.lookups],
                [[x["req"], x["num_tokens"], x["hit"]] for x in s.get("lookups", [])])
+        group_hits, sched.backend.group_hits = sched.backend.group_hits, []
+        for (req, _, _), got, want in zip(d.lookups, group_hits, s.get("lookups", [])):
+            if "group_hits" in want:
+                expect(f"{where}, lookup of request {req}", "group_hits", list(got),
+                       want["group_hits"])
         expect(where, "free_after_schedule", d.free_after_schedule, s["free_after_schedule"])
         expect(where, "finished", list(sched.records[-1].finished_ids), s["finished"])
         expect(where, "free", sched.backend.num_free, s["free"])
@@ -206,7 +254,7 @@ def replay_scheduler(data: dict) -> int:
         if "tables" in s:
             kv = sched.backend.kv_cache
             expect(where, "tables", {str(r): [list(g) for g in kv.block_tables(r)]
-                                     for r in sorted(kv.seq_of)}, s["tables"])
+                                     for r in kv.requests()}, s["tables"])
     expect("the end", "done", sched.done, True)
     expect("the end", "free", sched.backend.num_free, data["config"]["num_blocks"])
     summary = data["summary"]
@@ -215,7 +263,7 @@ def replay_scheduler(data: dict) -> int:
     return len(data["steps"])
 
 
-REPLAYERS = {ALLOCATOR: replay_allocator, SCHEDULER: replay_scheduler}
+REPLAYERS = {ALLOCATOR: replay_allocator, SCHEDULER: replay_scheduler, HYBRID: replay_scheduler}
 
 
 def check_file(path: Path) -> tuple[bool, str]:
@@ -225,8 +273,6 @@ def check_file(path: Path) -> tuple[bool, str]:
     except (OSError, ValueError) as e:
         return False, f"{path.name}: cannot read it: {e}"
     fmt = data.get("format") if isinstance(data, dict) else None
-    if fmt == HYBRID:
-        return False, f"{path.name}: not replayed: {fmt} {HYBRID_NEEDS}"
     if fmt not in REPLAYERS:
         return False, f"{path.name}: unknown format {fmt!r} (known: {', '.join(REPLAYERS)})"
     start = time.process_time()
