@@ -86,9 +86,10 @@ class SchedulerPlay:
         own, new = {}, []
         for e in detail.scheduled:
             hits = 0 if e.kind == "running" else e.computed // bs  # taken, not allocated
-            new += e.new_blocks[hits:]
+            blocks = e.new_blocks[0] if e.new_blocks else []  # one full-attention group here
+            new += blocks[hits:]
             if e.kind == "resumed" and hits:
-                hit = set(e.new_blocks[:hits])
+                hit = set(blocks[:hits])
                 own[e.req_id] = tuple(b for b in s.requests[e.req_id].released_table if b in hit)
         return IterationFrame(
             record, s.clock, s.picture(), {r.seq_id: f"R{r.req_id}" for r in running},
@@ -171,7 +172,7 @@ def first_chunked_admission(frames: list[IterationFrame], block_size: int
             length = next(n for r, n, _ in frame.detail.lookups if r == e.req_id)
             if e.computed + e.tokens < length:
                 return ChunkedAdmission(k, e.req_id, length, e.computed, e.tokens,
-                                        len(e.new_blocks), blocks_for(length, block_size))
+                                        len(e.new_blocks[0]), blocks_for(length, block_size))
     return None
 
 
