@@ -14,7 +14,10 @@ pytestmark = pytest.mark.browser
 
 def test_step_then_replay(page, app_url: str, tmp_path: Path) -> None:
     open_page(page, f"{app_url}/scheduler?step_blocks=16&step_block_size=16&step_requests=10")
-    page.get_by_text("request 0 admitted").first.wait_for(timeout=60_000)
+    # Step 0 answers the chunk question asked first: its decisions show once it is answered.
+    page.get_by_role("button", name="Just show me").first.click(timeout=60_000)
+    wait_settled(page)
+    page.get_by_text("request 0 admitted").filter(visible=True).first.wait_for(timeout=60_000)
     page.locator(".st-key-sched_step_forward button:visible").first.click()
     wait_settled(page)
     assert exceptions(page) == []
