@@ -17,6 +17,7 @@ last block; the request ends with that token and frees its blocks (full ones sta
 from __future__ import annotations
 
 import itertools
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -87,7 +88,7 @@ def branch_name(branch: int) -> str:
     return f"B{branch}"
 
 
-class BranchEngine:
+class BranchEngine(ABC):
     def __init__(self, pool: PoolConfig, seed: int, store_kv: bool, prefix_cache: bool) -> None:
         self.manager = KVCacheManager(pool, enable_prefix_cache=prefix_cache, store_kv=store_kv)
         self.kv = SyntheticKV(pool, seed) if store_kv else None
@@ -108,8 +109,9 @@ class BranchEngine:
         self.play(index, step, runs)
         return self._view()
 
+    @abstractmethod
     def play(self, index: int, step: BranchStep, runs: bool) -> None:
-        raise NotImplementedError
+        """What this engine does at the step: its admissions, copies and frees."""
 
     def _view(self) -> EngineView:
         events = tuple(self.manager.events.since(self._start))

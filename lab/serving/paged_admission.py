@@ -11,6 +11,8 @@ share it; each says what a request's tables and capacity are.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 from lab.memory.block_pool import BlockPool, KVCacheError
 from lab.memory.cache_manager import GroupBlocks
 from lab.memory.events import EventLog
@@ -33,7 +35,7 @@ def shortfall(need: int, free: int, mark: int) -> str | None:
     return None
 
 
-class PagedAdmission:
+class PagedAdmission(ABC):
     def __init__(self, cfg: SchedulerConfig, kv_cache, events: EventLog,
                  blocks: BlockPool) -> None:
         self.cfg = cfg
@@ -102,14 +104,14 @@ class PagedAdmission:
             self.new_blocks[req.req_id] = tables
         return self.capacity(req, num_tokens)
 
+    @abstractmethod
     def _admitted(self, req: Request, new: GroupBlocks, hit_tokens: int) -> GroupBlocks:
         """Its tables after admission (`new`: the blocks allocate_slots appended)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def capacity(self, req: Request, num_tokens: int) -> int:
         """The slots it holds, given slots for num_tokens tokens: the scheduler calls grow for
         tokens past them (or, hashing, filling a block)."""
-        raise NotImplementedError
 
     # -- growth ------------------------------------------------------------------------------
     def grow(self, req: Request, computed: int, num_new: int) -> int | None:
