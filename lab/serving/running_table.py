@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lab.serving.request import Request
+from lab.serving.request import Request, ScheduledEntry, StepDetail
 
 INT_COLUMNS = ("computed", "length", "cap", "outputs", "target", "priority", "arrival", "order",
                "total")
@@ -83,3 +83,16 @@ class RunningTable:
         """vLLM V1's priority victim: the live row with the largest (priority, arrival)."""
         rows = np.flatnonzero(alive)
         return int(rows[np.lexsort((self.arrival[rows], self.priority[rows]))[-1]])
+
+
+def step_detail(table: RunningTable, alloc: np.ndarray, alive: np.ndarray, running_rows: int,
+                new_blocks: dict, victims: list, lookups: list, num_free: int) -> StepDetail:
+    """What a step scheduled, in the golden traces' terms: each row that got tokens (running
+    rows first, then the admitted ones), with its kind, computed tokens, tokens and new blocks."""
+    entries = []
+    for row in np.flatnonzero(alive & (alloc > 0)):
+        req = table.reqs[row]
+        kind = "running" if row < running_rows else "resumed" if req.num_preemptions else "new"
+        entries.append(ScheduledEntry(req.req_id, kind, int(table.computed[row]),
+                                      int(alloc[row]), tuple(new_blocks.get(req.req_id, ()))))
+    return StepDetail(tuple(entries), tuple(victims), tuple(lookups), num_free)

@@ -40,8 +40,8 @@ from lab.serving.cost_model import Cost, attention_pairs
 from lab.serving.decisions import admitted_line, grown_line, preempted_line
 from lab.serving.guess_backend import GuessBackend
 from lab.serving.kv_backends import make_backend
-from lab.serving.request import IterationRecord, Request, RequestState, ScheduledEntry, StepDetail
-from lab.serving.running_table import RunningTable
+from lab.serving.request import IterationRecord, Request, RequestState, StepDetail
+from lab.serving.running_table import RunningTable, step_detail
 from lab.serving.synthetic_kv import VOCAB
 from lab.serving.workloads import RequestSpec
 
@@ -323,16 +323,9 @@ class Scheduler:
         return shares
 
     def _keep_detail(self, alloc: np.ndarray, alive: np.ndarray, running_rows: int) -> None:
-        t, blocks = self.table, self.backend.new_blocks or {}
-        entries = []
-        for row in np.flatnonzero(alive & (alloc > 0)):
-            req = t.reqs[row]
-            kind = ("running" if row < running_rows else
-                    "resumed" if req.num_preemptions else "new")
-            entries.append(ScheduledEntry(req.req_id, kind, int(t.computed[row]),
-                                          int(alloc[row]), tuple(blocks.get(req.req_id, ()))))
-        self.detail = StepDetail(tuple(entries), tuple(self._victims), tuple(self._lookups),
-                                 self.backend.num_free)
+        blocks = self.backend.new_blocks or {}
+        self.detail = step_detail(self.table, alloc, alive, running_rows, blocks,
+                                  self._victims, self._lookups, self.backend.num_free)
         self._victims, self._lookups = [], []
         blocks.clear()
 
