@@ -17,7 +17,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lab.vllm.fetch import (
-    DISABLE_ENV,
     FETCH_TIMEOUT_S,
     MODE_ENV,
     FetchMode,
@@ -167,12 +166,11 @@ def test_which_mode_reaches_which_address(mode: FetchMode, address: str, allowed
 
 @pytest.mark.parametrize("env, mode", [
     ({}, L), ({MODE_ENV: "off"}, FetchMode.OFF), ({MODE_ENV: " PUBLIC "}, P),
-    ({MODE_ENV: "private"}, V), ({MODE_ENV: "everything"}, P), ({DISABLE_ENV: "1"}, FetchMode.OFF),
-    ({DISABLE_ENV: "0"}, L), ({DISABLE_ENV: "1", MODE_ENV: "private"}, FetchMode.OFF),
+    ({MODE_ENV: "private"}, V), ({MODE_ENV: "everything"}, P),
+    ({MODE_ENV: " OFF "}, FetchMode.OFF),
 ])
 def test_the_operator_chooses_the_mode(monkeypatch, env: dict[str, str], mode: FetchMode) -> None:
     monkeypatch.delenv(MODE_ENV, raising=False)
-    monkeypatch.delenv(DISABLE_ENV, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert fetch_mode() is mode

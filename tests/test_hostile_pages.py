@@ -87,8 +87,7 @@ def test_a_fetched_reply_is_never_quoted(open_app_page) -> None:
             assert at.error and SECRET not in texts(at, "error", "markdown", "caption", "code")
 
 
-@pytest.mark.parametrize("env", [("PAGED_LAB_URL_FETCH", "off"),
-                                 ("PAGED_LAB_DISABLE_URL_FETCH", "1")])
+@pytest.mark.parametrize("env", [("PAGED_LAB_URL_FETCH", "off"), ("PAGED_LAB_URL_FETCH", " Off ")])
 def test_a_fetch_turned_off_says_so_before_anyone_clicks(open_app_page, monkeypatch,
                                                          env: tuple[str, str]) -> None:
     monkeypatch.setenv(*env)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from lab.vllm.fetch import DISABLE_ENV, fetch_metrics
+from lab.vllm.fetch import MODE_ENV, fetch_metrics
 from lab.vllm.metrics_text import MetricsError, engine_view, parse_prometheus
 from lab.vllm.startup_log import LogError, parse_startup_log
 
@@ -133,7 +133,7 @@ def server():
 
 
 def test_fetch_from_a_local_server(server, monkeypatch):
-    monkeypatch.delenv(DISABLE_ENV, raising=False)
+    monkeypatch.delenv(MODE_ENV, raising=False)
     view = engine_view(parse_prometheus(fetch_metrics(f"{server}/metrics")))
     assert view.running == 12
 
@@ -141,7 +141,7 @@ def test_fetch_from_a_local_server(server, monkeypatch):
 def test_fetch_errors_are_clear(server, monkeypatch):
     """One message for every remote failure (tests/test_hostile_fetch.py: it does not tell a
     closed port from an error reply), naming the host and the deadline."""
-    monkeypatch.delenv(DISABLE_ENV, raising=False)
+    monkeypatch.delenv(MODE_ENV, raising=False)
     with pytest.raises(MetricsError, match="no Prometheus /metrics text from 127.0.0.1"):
         fetch_metrics(f"{server}/nothing")
     with pytest.raises(MetricsError, match="no Prometheus /metrics text"):
@@ -160,7 +160,7 @@ def test_fetch_errors_are_clear(server, monkeypatch):
 
 
 def test_fetch_can_be_turned_off(server, monkeypatch):
-    monkeypatch.setenv(DISABLE_ENV, "1")
+    monkeypatch.setenv(MODE_ENV, "off")
     with pytest.raises(MetricsError, match="turned off"):
         fetch_metrics(f"{server}/metrics")
 

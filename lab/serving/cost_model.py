@@ -50,9 +50,9 @@ Bound = Literal["memory", "compute"]
 
 
 BLOCK_VISIT_TOKENS = 3.2  # per block visited: 20% of a 16-token block's reads (see above)
-# CPU seconds per block taken: it is allocated and later freed, two block operations at the
-# lab allocator's 478k block ops/s (bench/RESULTS.md, Allocator, events off; that replay's time
-# per block op includes its token appends, so this is on the generous side).
+# CPU seconds per block taken: it is allocated and later freed, two block operations of the
+# lab allocator's, each a couple of microseconds of Python (bench/allocator.py measures them;
+# its time per block op includes token appends, so this errs on the generous side).
 BLOCK_OP_S = 4e-6
 
 

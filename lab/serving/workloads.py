@@ -184,7 +184,7 @@ def parse_csv(data: str | bytes, *, max_tokens: int | None = None,
 
 def _rows(text: str, max_requests: int) -> list[list[str]]:
     """The non-empty rows after an optional header, or WorkloadError; newline="" lets the csv
-    module read \r, \n and \r\n endings itself (a lone \r in a field no longer raises)."""
+    module read \r, \n and \r\n endings itself, a lone \r inside a field included."""
     reader, rows = csv.reader(io.StringIO(text, newline="")), []
     try:
         for row in reader:

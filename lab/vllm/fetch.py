@@ -15,7 +15,7 @@ must not become a door into the server's own network:
 * The page's message never quotes what the remote sent and reads the same whether the port
   was closed, answered an error, or answered something else; why exactly goes to the server log.
 
-`PAGED_LAB_URL_FETCH=off` (or the older `PAGED_LAB_DISABLE_URL_FETCH=1`) turns it off.
+`PAGED_LAB_URL_FETCH=off` turns it off.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ FETCH_TIMEOUT_S = 3.0
 MAX_REDIRECTS = 3
 MAX_URL_CHARS = 2000
 MODE_ENV = "PAGED_LAB_URL_FETCH"
-DISABLE_ENV = "PAGED_LAB_DISABLE_URL_FETCH"  # the older switch: 1 = off
 _REDIRECTS = {301, 302, 303, 307, 308}
 # Cloud metadata services: refused by name and by address, whatever the mode allows.
 METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "metadata.goog",
@@ -72,8 +71,6 @@ class FetchRefused(MetricsError):
 
 def fetch_mode() -> FetchMode:
     """The operator's choice; an unknown value is the strictest that still fetches (public)."""
-    if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
-        return FetchMode.OFF
     value = os.environ.get(MODE_ENV, "").strip().lower()
     if not value:
         return FetchMode.LOOPBACK
