@@ -22,7 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync"]
-PORTS = range(8620, 8641)
+# pytest-xdist's workers (gw0, gw1, ...) each take their own ten ports: two workers checking
+# the same free port at once would both try to serve on it.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+PORTS = range(8620 + 10 * _WORKER, 8630 + 10 * _WORKER)
 VIEWPORT = {"width": 1280, "height": 800}
 START_TIMEOUT_S = 60.0
 SETTLE_TIMEOUT_MS = 60_000
