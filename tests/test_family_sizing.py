@@ -229,7 +229,8 @@ def test_qwen3_next_capacity_on_four_h200s_as_vllm_logs_it() -> None:
 def test_nemotron_h_capacity_as_vllm_logs_it() -> None:
     """Nemotron-H-56B-Base-8K, bf16, 20 GiB left for the cache, max_model_len 8,192 (its own).
       page: 4,128 x 4,096 = 16,908,288 B (the 16,900,096 B state padded by 8,192 B, 0.05%)
-      10 attention + 54 Mamba2 layers: groups of 10, 1 + 6 = 7 groups
+      10 attention + 54 Mamba2 layers: groups of 10, 1 + 6 = 7 groups; 6 x 10 slots for 54
+      Mamba2 layers: "Add 6 padding layers" (6 / 54 = 11.11%), logged forming the groups
       num_gpu_blocks = 21,474,836,480 // 16,908,288 // 10 = 1,270 // 10 = 127
       GPU KV cache size = 127 // 7 x 4,128 = 18 x 4,128 = 74,304 tokens
       one request: cdiv(8,192, 4,128) = 2 attention blocks + 6 x 1 state = 8 blocks;
@@ -245,8 +246,25 @@ def test_nemotron_h_capacity_as_vllm_logs_it() -> None:
         "mamba page size.",
         "Padding mamba page size by 0.05% to ensure that mamba page size and attention page "
         "size are exactly equal.",
-        "Available KV cache memory: 20.00 GiB", "GPU KV cache size: 74,304 tokens",
+        "Available KV cache memory: 20.00 GiB",
+        "Add 6 padding layers, may waste at most 11.11% KV cache memory",
+        "GPU KV cache size: 74,304 tokens",
         "Maximum concurrency for 8,192 tokens per request: 15.88x"]
+
+
+@pytest.mark.parametrize("file, lines", [
+    # Gemma-3-27B: 52 sliding layers in 6 groups of 10 slots: 8 padding, 8 / 52 = 15.38%.
+    ("gemma-3-27b-it.json", ["Add 8 padding layers, may waste at most 15.38% KV cache memory"]),
+    ("gpt-oss-20b.json", []),  # 12 + 12: groups of 12, nothing padded
+    ("qwen3-next-80b-a3b-thinking.json", []),  # 36 = 3 x 12
+    ("deepseek-v3.2.json", []),  # one type, one group
+])
+def test_padding_layers_are_logged_as_vllm_forms_the_groups(file: str, lines: list[str]) -> None:
+    layout = kv_layout(read(file))
+    block = engine_block_size(layout, 16)[0]
+    sheet = vllm_sheet(layout, available_kv_memory=1 << 40, block_size=block,
+                       max_model_len=8_192, max_num_batched_tokens=8_192)
+    assert sheet.padding_warnings() == lines
 
 
 def test_prefix_caching_changes_what_a_request_keeps() -> None:
