@@ -57,12 +57,14 @@ FAMILIES = [
     # 128k: 4,096 x (12 x 131,072 + 36 x 8,192) = 7,650,410,496. Groups of 12: 1 + 3.
     Family("llama-4-scout-17b-16e.json", 48 * 4_096, 0, 1_610_612_736, 7_650_410_496, 16,
            (("full attention", 12), *(("chunked local", 12),) * 3)),
-    # Qwen3-Next-80B-A3B: every 4th of 48 layers attends: 12 x 2 KV heads x 256 = 2,048 B per
-    # layer, 24,576 B per token. 36 Gated DeltaNet layers: conv 3 x (2 x 16 x 128 + 32 x 128)
-    # = 3 x 8,192 = 24,576 values, recurrent 32 x 128 x 128 = 524,288, bf16: 1,097,728 B each,
-    # 39,518,208 B per sequence. 8k: 24,576 x 8,192 = 201,326,592; 128k: 3,221,225,472.
+    # Qwen3-Next-80B-A3B-Thinking (the Instruct model's twin; no layer_types, so
+    # full_attention_interval 4 decides): every 4th of 48 layers attends: 12 x 2 KV heads x
+    # 256 = 2,048 B per layer, 24,576 B per token. 36 Gated DeltaNet layers: conv 3 x
+    # (2 x 16 x 128 + 32 x 128) = 3 x 8,192 = 24,576 values, recurrent 32 x 128 x 128 =
+    # 524,288, bf16 (no mamba_ssm_dtype in the file): 1,097,728 B each, 39,518,208 B per
+    # sequence. 8k: 24,576 x 8,192 = 201,326,592; 128k: 3,221,225,472.
     # Block 16 x cdiv(1,097,728, 16 x 2,048) = 16 x 34 = 544. Groups of 12: 1 + 3.
-    Family("qwen3-next-80b-a3b-instruct.json", 12 * 2_048, 36 * 1_097_728, 201_326_592,
+    Family("qwen3-next-80b-a3b-thinking.json", 12 * 2_048, 36 * 1_097_728, 201_326_592,
            3_221_225_472, 544, (("full attention", 12), *(("Gated DeltaNet", 12),) * 3)),
     # Granite-4.0-H-Tiny: 4 attention layers x 4 KV heads x 1,536 / 12 = 128: 2,048 B per
     # layer, 8,192 B per token. 36 Mamba2 layers, d_inner 2 x 1,536 = 3,072: conv 3 x (3,072 +
@@ -83,11 +85,21 @@ FAMILIES = [
     # 8k: 369,098,752; 128k: 5,905,580,032. Block 16 x cdiv(1,594,368, 16,384) = 16 x 98.
     Family("falcon-h1-7b.json", 44 * 1_024, 44 * 1_594_368, 369_098_752, 5_905_580_032,
            1_568, (("full attention", 44), ("Mamba2", 44))),
-    # DeepSeek-V3.2-Exp: 61 MLA layers, (512 + 64) x 2 = 1,152 B, plus the indexer's key,
+    # DeepSeek-V3.2: 61 MLA layers, (512 + 64) x 2 = 1,152 B, plus the indexer's key,
     # 128 + 128 / 128 x 4 = 132 B: 61 x 1,284 = 78,324 B per token. 8k: 641,630,208; 128k:
     # 10,266,083,328. FlashMLA: block 64; one group of MLA and indexer layers.
-    Family("deepseek-v3.2-exp.json", 61 * (1_152 + 132), 0, 641_630_208, 10_266_083_328, 64,
+    Family("deepseek-v3.2.json", 61 * (1_152 + 132), 0, 641_630_208, 10_266_083_328, 64,
            (("MLA", 61),)),
+    # Nemotron-H-56B-Base-8K: hybrid_override_pattern of 118 layers, 10 "*" attention, 54 "M"
+    # Mamba2, 54 "-" MLP. Attention: 8 KV heads x head_dim 128 (attention_head_dim, and
+    # 8,192 / 64 heads): 4,096 B per layer, 40,960 per token. Mamba2: d_inner 256 heads x 64
+    # = 16,384; conv 3 x (16,384 + 2 x 8 groups x 256) = 3 x 20,480 in bf16 = 122,880 B; ssm
+    # 256 x 64 x 256 in float32 (vLLM's NemotronH default) = 16,777,216 B: 16,900,096 B each,
+    # 912,605,184 per sequence. 8k: 40,960 x 8,192 = 335,544,320; 128k: 5,368,709,120.
+    # Block 16 x cdiv(16,900,096, 16 x 4,096) = 16 x 258 = 4,128. Groups of 10 (the fewer
+    # kind): 1 + cdiv(54, 10) = 6 Mamba2 groups of 9.
+    Family("nemotron-h-56b-base-8k.json", 10 * 4_096, 54 * 16_900_096, 335_544_320,
+           5_368_709_120, 4_128, (("full attention", 10), *(("Mamba2", 9),) * 6)),
     # Gemma-3n-E4B: 35 layers, the last 15 share KV: 20 hold it, 16 sliding (512) and 4 full
     # ([sliding x 4, full] x 7 cut at 20), 2 KV heads x 256: 2,048 B per layer, 40,960 per
     # token. 8k: 2,048 x (4 x 8,192 + 16 x 512) = 83,886,080; 128k: 2,048 x (4 x 131,072 +
@@ -132,17 +144,18 @@ def test_the_issues_failures_are_fixed() -> None:
     as_mla = 62 * (256 + 32) * 2  # one latent per token and layer: 35,712 B
     assert minicpm.bytes_per_token / as_mla == pytest.approx(26.67, abs=0.005)
     assert not minicpm.spec.is_mla and minicpm.spec.num_kv_heads == 40
-    v32 = kv_layout(read("deepseek-v3.2-exp.json"))
+    v32 = kv_layout(read("deepseek-v3.2.json"))
     assert v32.indexer_bytes_per_token_layer == 132
-    assert kv_layout(read("deepseek-v3.2-exp.json"), "fp8").bytes_per_token == 61 * (656 + 132)
+    assert kv_layout(read("deepseek-v3.2.json"), "fp8").bytes_per_token == 61 * (656 + 132)
     assert read("gpt-oss-20b.json").attention_sinks
 
 
 @pytest.mark.parametrize("file, conv, ssm, dtypes", [
-    ("qwen3-next-80b-a3b-instruct.json", (3, 8_192), (32, 128, 128), (2, 2)),
+    ("qwen3-next-80b-a3b-thinking.json", (3, 8_192), (32, 128, 128), (2, 2)),
     ("granite-4.0-h-tiny.json", (3, 3_328), (48, 64, 128), (2, 2)),
     ("ai21-jamba-1.5-mini.json", (3, 8_192), (8_192, 16), (2, 2)),
     ("falcon-h1-7b.json", (3, 3_584), (24, 128, 256), (2, 2)),
+    ("nemotron-h-56b-base-8k.json", (3, 20_480), (256, 64, 256), (2, 4)),
 ])
 def test_state_shapes_and_dtypes_as_vllm_lays_them_out(file, conv, ssm, dtypes) -> None:
     state = read(file).state
@@ -151,17 +164,17 @@ def test_state_shapes_and_dtypes_as_vllm_lays_them_out(file, conv, ssm, dtypes) 
 
 
 def test_nemotron_h_keeps_its_ssm_state_in_fp32() -> None:
-    # Nemotron-H-8B-Base-8K's shape (52 layers: 24 "M", 4 "*", 24 "-"): vLLM's
-    # NemotronHForCausalLMConfig keeps the SSM state in float32 unless the config says.
-    config = {"model_type": "nemotron_h", "hidden_size": 4096, "num_hidden_layers": 52,
-              "num_attention_heads": 32, "num_key_value_heads": 8, "ssm_state_size": 128,
-              "mamba_num_heads": 128, "mamba_head_dim": 64, "n_groups": 8, "conv_kernel": 4,
-              "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
-              "vocab_size": 131072, "max_position_embeddings": 8192}
-    spec = read_hf_config(json.dumps(config))
-    assert (spec.num_layers, spec.state.num_layers, spec.state.ssm_bytes) == (4, 24, 4)
-    # conv 3 x (8,192 + 2 x 8 x 128) = 3 x 10,240 in bf16; ssm 128 x 64 x 128 in fp32.
-    assert spec.state.page_bytes() == 3 * 10_240 * 2 + 128 * 64 * 128 * 4
+    # vLLM's NemotronHForCausalLMConfig (model_executor/models/config.py) sets the SSM cache
+    # dtype to the config's mamba_ssm_cache_dtype, float32 when the config names none (the
+    # published file does not); the conv state stays in the model's bf16.
+    spec = read("nemotron-h-56b-base-8k.json")
+    assert (spec.num_layers, spec.state.num_layers) == (10, 54)
+    assert (spec.state.conv_bytes, spec.state.ssm_bytes) == (2, 4)
+    assert spec.state.page_bytes() == 3 * 20_480 * 2 + 256 * 64 * 256 * 4
+    config = json.loads((CONFIGS / "nemotron-h-56b-base-8k.json").read_text())
+    config["mamba_ssm_cache_dtype"] = "bfloat16"
+    bf16_state = read_hf_config(json.dumps(config)).state
+    assert bf16_state.page_bytes() == (3 * 20_480 + 256 * 64 * 256) * 2
 
 
 def test_tensor_parallel_splits_the_state_as_vllm_does() -> None:
@@ -169,7 +182,7 @@ def test_tensor_parallel_splits_the_state_as_vllm_does() -> None:
     per token and layer); the Gated DeltaNet conv dim 8,192 / 4 = 2,048 and 32 / 4 = 8 value
     heads: (3 x 2,048 + 8 x 128 x 128) x 2 = 274,432 B per layer. Block 16 x cdiv(274,432,
     16,384) = 16 x 17 = 272, page 272 x 1,024 = 278,528 B, padding 4,096 B (1.49%)."""
-    layout = kv_layout(read("qwen3-next-80b-a3b-instruct.json"), tp=4)
+    layout = kv_layout(read("qwen3-next-80b-a3b-thinking.json"), tp=4)
     assert layout.spec.state.page_bytes(4) == 274_432
     hybrid = hybrid_block(layout, 16)
     assert (hybrid.block_size, hybrid.attention_page) == (272, 278_528)
@@ -195,7 +208,7 @@ def test_qwen3_next_capacity_on_four_h200s_as_vllm_logs_it() -> None:
       one request: cdiv(262,144, 272) = 964 attention blocks + 3 x 1 state = 967 blocks;
       concurrency 27,810 / 967 = 28.76x
     """
-    layout = kv_layout(read("qwen3-next-80b-a3b-instruct.json"), tp=4)
+    layout = kv_layout(read("qwen3-next-80b-a3b-thinking.json"), tp=4)
     sheet = vllm_sheet(layout, available_kv_memory=92_951_467_623, block_size=272,
                        max_model_len=262_144, max_num_batched_tokens=8_192)
     assert (sheet.page_size_bytes, sheet.group_size, len(sheet.groups)) == (278_528, 12, 4)
@@ -213,9 +226,50 @@ def test_qwen3_next_capacity_on_four_h200s_as_vllm_logs_it() -> None:
                    max_num_batched_tokens=16)
 
 
+def test_nemotron_h_capacity_as_vllm_logs_it() -> None:
+    """Nemotron-H-56B-Base-8K, bf16, 20 GiB left for the cache, max_model_len 8,192 (its own).
+      page: 4,128 x 4,096 = 16,908,288 B (the 16,900,096 B state padded by 8,192 B, 0.05%)
+      10 attention + 54 Mamba2 layers: groups of 10, 1 + 6 = 7 groups; 6 x 10 slots for 54
+      Mamba2 layers: "Add 6 padding layers" (6 / 54 = 11.11%), logged forming the groups
+      num_gpu_blocks = 21,474,836,480 // 16,908,288 // 10 = 1,270 // 10 = 127
+      GPU KV cache size = 127 // 7 x 4,128 = 18 x 4,128 = 74,304 tokens
+      one request: cdiv(8,192, 4,128) = 2 attention blocks + 6 x 1 state = 8 blocks;
+      concurrency 127 / 8 = 15.88x
+    """
+    layout = kv_layout(read("nemotron-h-56b-base-8k.json"))
+    sheet = vllm_sheet(layout, available_kv_memory=20 << 30, block_size=4_128,
+                       max_model_len=8_192, max_num_batched_tokens=8_192)
+    assert (sheet.page_size_bytes, sheet.group_size, len(sheet.groups)) == (16_908_288, 10, 7)
+    assert (sheet.num_blocks, sheet.num_tokens, sheet.blocks_per_request) == (127, 74_304, 8)
+    assert log_lines(sheet) == [
+        "Setting attention block size to 4128 tokens to ensure that attention page size is >= "
+        "mamba page size.",
+        "Padding mamba page size by 0.05% to ensure that mamba page size and attention page "
+        "size are exactly equal.",
+        "Available KV cache memory: 20.00 GiB",
+        "Add 6 padding layers, may waste at most 11.11% KV cache memory",
+        "GPU KV cache size: 74,304 tokens",
+        "Maximum concurrency for 8,192 tokens per request: 15.88x"]
+
+
+@pytest.mark.parametrize("file, lines", [
+    # Gemma-3-27B: 52 sliding layers in 6 groups of 10 slots: 8 padding, 8 / 52 = 15.38%.
+    ("gemma-3-27b-it.json", ["Add 8 padding layers, may waste at most 15.38% KV cache memory"]),
+    ("gpt-oss-20b.json", []),  # 12 + 12: groups of 12, nothing padded
+    ("qwen3-next-80b-a3b-thinking.json", []),  # 36 = 3 x 12
+    ("deepseek-v3.2.json", []),  # one type, one group
+])
+def test_padding_layers_are_logged_as_vllm_forms_the_groups(file: str, lines: list[str]) -> None:
+    layout = kv_layout(read(file))
+    block = engine_block_size(layout, 16)[0]
+    sheet = vllm_sheet(layout, available_kv_memory=1 << 40, block_size=block,
+                       max_model_len=8_192, max_num_batched_tokens=8_192)
+    assert sheet.padding_warnings() == lines
+
+
 def test_prefix_caching_changes_what_a_request_keeps() -> None:
     # Qwen3-Next keeps no state per block ("align"): two state pages per layer, block 544.
-    qwen = kv_layout(read("qwen3-next-80b-a3b-instruct.json"))
+    qwen = kv_layout(read("qwen3-next-80b-a3b-thinking.json"))
     assert engine_block_size(qwen, 16, prefix_caching=True)[0] == 544
     sheet = vllm_sheet(qwen, available_kv_memory=1 << 36, block_size=544, max_model_len=8_192,
                        max_num_batched_tokens=8_192, prefix_caching=True)
@@ -236,12 +290,12 @@ def test_prefix_caching_changes_what_a_request_keeps() -> None:
 def test_the_deepseek_v32_sheet_sums_its_two_pages() -> None:
     # One group of 61 MLA and 61 indexer layers: a block costs 61 x (64 x 1,152 + 64 x 132)
     # = 61 x 82,176 B; 10 GiB gives 10,737,418,240 // 5,012,736 = 2,142 blocks of 64 tokens.
-    layout = kv_layout(read("deepseek-v3.2-exp.json"))
+    layout = kv_layout(read("deepseek-v3.2.json"))
     sheet = vllm_sheet(layout, available_kv_memory=10 << 30, block_size=64,
                        max_model_len=163_840, max_num_batched_tokens=8_192)
     assert (sheet.page_size_bytes, sheet.indexer_page_bytes) == (82_176, 8_448)
     assert (sheet.num_blocks, sheet.num_tokens) == (2_142, 2_142 * 64)
-    fp8 = vllm_sheet(kv_layout(read("deepseek-v3.2-exp.json"), "fp8"), available_kv_memory=1,
+    fp8 = vllm_sheet(kv_layout(read("deepseek-v3.2.json"), "fp8"), available_kv_memory=1,
                      block_size=64, max_model_len=64, max_num_batched_tokens=64)
     assert log_lines(fp8)[0] == "Using custom fp8 kv-cache format for DeepSeekV3.2"
 
@@ -249,11 +303,11 @@ def test_the_deepseek_v32_sheet_sums_its_two_pages() -> None:
 @pytest.mark.parametrize("file, words", [
     ("gpt-oss-20b.json", "attention sinks"),
     ("llama-4-scout-17b-16e.json", "chunked local layers"),
-    ("qwen3-next-80b-a3b-instruct.json", "raises the block size from 16 to 544"),
-    ("qwen3-next-80b-a3b-instruct.json", "Gated DeltaNet layers, which keep no KV"),
+    ("qwen3-next-80b-a3b-thinking.json", "raises the block size from 16 to 544"),
+    ("qwen3-next-80b-a3b-thinking.json", "Gated DeltaNet layers, which keep no KV"),
     ("gemma-3n-e4b.json", "allocate none: layers = 20"),
     ("minicpm3-4b.json", "caches K and V for all 40 heads"),
-    ("deepseek-v3.2-exp.json", "+ 61 × 132 B = 8,052 B per token"),
+    ("deepseek-v3.2.json", "+ 61 × 132 B = 8,052 B per token"),
     ("falcon-h1-7b.json", "side by side"),
     ("ai21-jamba-1.5-mini.json", "conv state 3 × 8192 (bf16)"),
 ])

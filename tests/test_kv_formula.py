@@ -42,7 +42,7 @@ GOLDEN_BYTES_PER_TOKEN = {
     "Falcon-H1-7B": 2 * 44 * 2 * 128 * 2,  # 45,056 (and a Mamba2 state per layer)
     "Gemma-3n-E4B": 2 * 20 * 2 * 256 * 2,  # 40,960: 15 of 35 layers share KV
     "MiniCPM3-4B": 2 * 62 * 40 * 96 * 2,  # 952,320: K and V per head, not a latent
-    "DeepSeek-V3.2-Exp": 61 * ((512 + 64) * 2 + 132),  # 78,324: latent and indexer key
+    "DeepSeek-V3.2": 61 * ((512 + 64) * 2 + 132),  # 78,324: latent and indexer key
 }
 # (sliding-window layers, window) for the presets that have them.
 GOLDEN_SLIDING = {"Mistral-7B-v0.1": (32, 4096), "Gemma-2-9B": (21, 4096),
@@ -162,7 +162,7 @@ def test_latex_shows_what_each_family_adds() -> None:
     assert r"\text{Gated DeltaNet state}" in qwen and r"36 \times 1{,}097{,}728" in qwen
     scout = batch_latex(kv_layout(presets["Llama-4-Scout"], "fp16"), 8192, 1)
     assert r"36 \times 4{,}096 \times \min(8{,}192, 8{,}192)" in scout
-    v32 = per_token_latex(kv_layout(presets["DeepSeek-V3.2-Exp"], "fp8"))
+    v32 = per_token_latex(kv_layout(presets["DeepSeek-V3.2"], "fp8"))
     assert "indexer" in v32 and "fp8_ds_mla" in v32 and "48{,}068" in v32
     shared = per_token_latex(kv_layout(presets["Gemma-3n-E4B"], "fp16"))
     assert r"\underbrace{20}_{\text{layers}}" in shared

@@ -1,4 +1,5 @@
-"""Real config.json files exactly as published (tests/data/configs/, sources in SOURCES.md).
+"""Real config.json files as published (tests/data/configs/; SOURCES.md says which are byte for
+byte and which hold the published keys and values in transformers' layout).
 
 For each: the geometry the reader takes from the file (with transformers' defaults for what the
 file leaves out), the KV bytes per token and for one sequence of 8,192 and of 131,072 tokens in

@@ -52,7 +52,23 @@ def read_hf_config(data: str | bytes, name: str = "config.json") -> ModelSpec:
     return spec_from_config(config, name)
 
 
+class _Infinite(float):
+    """JSON's Infinity, as Python's json and transformers read it (Nemotron-H's published
+    time_step_limit holds one); shown as the file spells it. No sized key accepts it: the
+    field reads want finite whole numbers."""
+
+    def __new__(cls, token: str) -> _Infinite:
+        value = super().__new__(cls, token.lower())
+        value.token = token
+        return value
+
+    def __repr__(self) -> str:
+        return self.token
+
+
 def _refuse_constant(token: str) -> Any:
+    if token in ("Infinity", "-Infinity"):
+        return _Infinite(token)
     raise ValueError(f"{token} is not a number a config may hold")
 
 

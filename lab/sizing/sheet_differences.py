@@ -46,12 +46,13 @@ def differences(layout: KVLayout, plain: CapacitySheet, sheet: VllmSheet,
                    f"blocks // {len(sheet.groups)} × {sheet.block_size} = "
                    f"{sheet.num_tokens:,} tokens, where the plain sheet counts each block as "
                    f"{plain.block_size} tokens of every layer ({plain.num_tokens:,}).")
-    if warning := sheet.padding_warning():
+    if warnings := sheet.padding_warnings():
         empty = sum(g.pages_per_request * (sheet.group_size - g.num_layers)
                     for g in sheet.groups)
         share = empty / (sheet.blocks_per_request * sheet.group_size)
+        quoted = " and ".join(f"'{w}'" for w in warnings)
         out.append(f"Padding: groups must hold {sheet.group_size} layers each, so vLLM warns "
-                   f"'{warning}'; in one {sheet.max_model_len:,}-token request the empty "
+                   f"{quoted}; in one {sheet.max_model_len:,}-token request the empty "
                    f"slots are {share:.1%} of its blocks' memory.")
     if spec.num_sliding_layers:
         need = min(spec.sliding_window - 1 + sheet.max_num_batched_tokens, sheet.max_model_len)

@@ -145,15 +145,17 @@ class VllmSheet:
         (_max_memory_usage_bytes_from_groups); vLLM refuses to start below it."""
         return self.group_size * self.page_size_bytes * self.blocks_per_request
 
-    def padding_warning(self) -> str | None:
-        """The warning _get_kv_cache_groups_uniform_page_size logs for the padded type."""
-        for kind in {g.kind for g in self.groups}:
+    def padding_warnings(self) -> list[str]:
+        """The warning _get_kv_cache_groups_uniform_page_size logs for each spec type whose
+        layers leave its last group short, in group order."""
+        lines = []
+        for kind in dict.fromkeys(g.kind for g in self.groups):
             layers = sum(g.num_layers for g in self.groups if g.kind == kind)
             padding = -layers % self.group_size
             if padding:
-                return (f"Add {padding} padding layers, may waste at most "
-                        f"{padding / layers * 100:.2f}% KV cache memory")
-        return None
+                lines.append(f"Add {padding} padding layers, may waste at most "
+                             f"{padding / layers * 100:.2f}% KV cache memory")
+        return lines
 
     @property
     def fits_one_request(self) -> bool:
@@ -329,7 +331,8 @@ def log_lines(sheet: VllmSheet) -> list[str]:
     if failure and failure.startswith("torch."):
         return [*sheet.config_logs, failure]
     lines = [*sheet.config_logs,
-             f"Available KV cache memory: {sheet.available_kv_memory / GIB:.2f} GiB"]
+             f"Available KV cache memory: {sheet.available_kv_memory / GIB:.2f} GiB",
+             *sheet.padding_warnings()]
     if failure:
         return [*lines, failure]
     return [*lines, f"GPU KV cache size: {sheet.num_tokens:,} tokens",
