@@ -8,7 +8,8 @@ import torch
 
 from kernels.backend import device
 from lab.memory.contiguous import NoContiguousRegion
-from lab.memory.contiguous_kv import ContiguousKVCache, Growth, Move, attention_check
+from lab.memory.contiguous_kv import ContiguousKVCache, Growth, Move
+from lab.memory.kernel_check import check_expected
 from lab.memory.kv_pool import PoolConfig
 
 # 64 slots; a token's K and V: 2 x 1 layer x 2 KV heads x 8 dims x 4 bytes = 128 bytes
@@ -138,12 +139,12 @@ def test_the_kernel_check_reads_the_moved_region_and_catches_a_bad_copy() -> Non
     expected = [(torch.cat([prompt[0][0], keys[0]]), torch.cat([prompt[1][0], values[0]]))]
     query = torch.randn(1, 4, CONFIG.head_dim, generator=torch.Generator().manual_seed(4))
     pool = cache.pool
-    check = attention_check(pool.key_caches[0], pool.value_caches[0], cache.slot_tables([0]),
+    check = check_expected(pool.key_caches[0], pool.value_caches[0], cache.slot_tables([0]),
                             query, expected)
     assert check.ok and check.num_seqs == 1
     # A copy that shifted the region by one slot would read the wrong K/V.
     region = cache.allocator.regions[0]
     shifted = [list(range(region.start + 1, region.start + 1 + region.used))]
-    assert not attention_check(pool.key_caches[0], pool.value_caches[0], shifted, query,
+    assert not check_expected(pool.key_caches[0], pool.value_caches[0], shifted, query,
                                expected).ok
     assert pool.key_caches[0].device == device()

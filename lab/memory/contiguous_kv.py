@@ -31,8 +31,6 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from kernels.paged_attention import paged_attention
-from kernels.reference import AttentionCheck, compare, dense_attention
 from lab.memory.block_pool import KVCacheError
 from lab.memory.contiguous import ContiguousAllocator, ContiguousPicture, Region
 from lab.memory.events import EventLog
@@ -216,33 +214,3 @@ class ContiguousKVCache:
             assert a.start + a.reserved <= b.start, "overlapping regions"
         assert all(0 < r.used <= r.reserved for r in regions)
         assert set(self.prompt_len) >= set(self.allocator.regions)
-
-
-def attention_check(key_cache: torch.Tensor, value_cache: torch.Tensor,
-                    tables: list[list[int]], queries: torch.Tensor,
-                    expected: list[tuple[torch.Tensor, torch.Tensor]]) -> AttentionCheck:
-    """The Triton kernel over the real cache, against float64 dense attention over the K/V
-    each sequence should hold (`expected`, each [n, num_kv_heads, head_dim]): a wrong copy, a
-    wrong block table or a lost write shows as an error. Sequence i's query (queries[i],
-    [num_heads, head_dim]) is its newest token, attending over its n positions through
-    tables[i] (physical block ids of key_cache [num_blocks, block_size, kv_heads, head_dim])."""
-    device = key_cache.device
-    lens = [k.shape[0] for k, _ in expected]
-    seq_lens = torch.tensor(lens, dtype=torch.int32, device=device)  # [num_seqs]
-    starts = torch.arange(len(lens) + 1, dtype=torch.int32, device=device)  # one query each
-    query = queries.to(device, key_cache.dtype)  # [num_seqs, num_heads, head_dim]
-    out = paged_attention(query, key_cache, value_cache, _padded(tables, device), seq_lens,
-                          starts)
-    # The reference's cache: the expected K/V end to end, one slot a block.
-    offsets = list(itertools.accumulate(lens, initial=0))
-    ref_tables = [list(range(a, b)) for a, b in zip(offsets, offsets[1:])]
-    keys = torch.cat([k for k, _ in expected])[:, None].to(device, key_cache.dtype)
-    values = torch.cat([v for _, v in expected])[:, None].to(device, key_cache.dtype)
-    ref = dense_attention(query, keys, values, _padded(ref_tables, device), seq_lens, starts)
-    return compare(out, ref, len(lens))
-
-
-def _padded(rows: list[list[int]], device: torch.device) -> torch.Tensor:
-    width = max((len(r) for r in rows), default=0)
-    return torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int32,
-                        device=device).reshape(len(rows), width)  # [num_seqs, width]

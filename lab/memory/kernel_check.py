@@ -5,7 +5,9 @@ tokens attend over each sequence's K/V through its block table, once with the Tr
 `paged_attention` kernel and once with the float64 dense reference, and `kernels.reference.compare`
 judges the difference. `check_kernel` reads the tables of a `KVCacheManager`; `check_tables`
 takes any block tables over one layer of a pool (a KV cache group's, whose entries before a
-sliding window hold the null block, -1), with that layer's sliding window.
+sliding window hold the null block, -1), with that layer's sliding window; `check_expected`
+judges the kernel over a cache against the K/V each sequence should hold, so that a wrong
+copy or a lost write shows too (the contiguous server's moves).
 """
 
 from __future__ import annotations
@@ -52,11 +54,7 @@ def check_tables(pool: KVPool, tables: torch.Tensor | Sequence[Sequence[int]],
     before the first block any query sees are never read (the null block may sit there)."""
     query_lens = [1] * len(context_lens) if query_lens is None else list(query_lens)
     device = pool.device
-    if not isinstance(tables, torch.Tensor):
-        width = max((len(t) for t in tables), default=0)
-        tables = torch.tensor([list(t) + [0] * (width - len(t)) for t in tables],
-                              dtype=torch.int32).reshape(-1, width)  # [num_seqs, max_blocks]
-    tables = tables.to(device)
+    tables = tables.to(device) if isinstance(tables, torch.Tensor) else _padded(tables, device)
     seq_lens = torch.tensor(list(context_lens), dtype=torch.int32, device=device)  # [num_seqs]
     starts = torch.tensor([0, *itertools.accumulate(query_lens)], dtype=torch.int32,
                           device=device)  # [num_seqs + 1]
@@ -65,6 +63,38 @@ def check_tables(pool: KVPool, tables: torch.Tensor | Sequence[Sequence[int]],
     limits = {} if sliding_window is None else {"sliding_window": sliding_window}
     return compare(paged_attention(*args, **limits), dense_attention(*args, **limits),
                    len(context_lens))
+
+
+def check_expected(key_cache: torch.Tensor, value_cache: torch.Tensor,
+                   tables: Sequence[Sequence[int]], queries: torch.Tensor,
+                   expected: list[tuple[torch.Tensor, torch.Tensor]]) -> AttentionCheck:
+    """The Triton kernel over a cache against float64 dense attention over the K/V each
+    sequence should hold (`expected`, each [n, num_kv_heads, head_dim]): a wrong copy, a wrong
+    block table or a lost write shows as an error. Sequence i's query (queries[i],
+    [num_heads, head_dim]) is its newest token, attending over its n positions through
+    tables[i] (block ids of key_cache [num_blocks, block_size, kv_heads, head_dim])."""
+    device = key_cache.device
+    lens = [k.shape[0] for k, _ in expected]
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=device)  # [num_seqs]
+    starts = torch.arange(len(lens) + 1, dtype=torch.int32, device=device)  # one query each
+    query = queries.to(device, key_cache.dtype)  # [num_seqs, num_heads, head_dim]
+    out = paged_attention(query, key_cache, value_cache, _padded(tables, device), seq_lens,
+                          starts)
+    # The reference's cache: the expected K/V end to end, one slot a block.
+    offsets = list(itertools.accumulate(lens, initial=0))
+    ref_tables = [list(range(a, b)) for a, b in zip(offsets, offsets[1:])]
+    keys = torch.cat([k for k, _ in expected])[:, None].to(device, key_cache.dtype)
+    values = torch.cat([v for _, v in expected])[:, None].to(device, key_cache.dtype)
+    ref = dense_attention(query, keys, values, _padded(ref_tables, device), seq_lens, starts)
+    return compare(out, ref, len(lens))
+
+
+def _padded(rows: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
+    """Block tables of unequal lengths as one tensor, padded with block 0 (never read: a
+    sequence's length stops the kernel first)."""
+    width = max((len(r) for r in rows), default=0)
+    return torch.tensor([list(r) + [0] * (width - len(r)) for r in rows], dtype=torch.int32,
+                        device=device).reshape(len(rows), width)  # [num_seqs, width]
 
 
 def merge_checks(checks: list[AttentionCheck]) -> AttentionCheck | None:

@@ -22,8 +22,9 @@ import torch
 
 from kernels.reference import AttentionCheck
 from lab.memory.contiguous import ContiguousPicture, Region
-from lab.memory.contiguous_kv import ContiguousKVCache, attention_check
+from lab.memory.contiguous_kv import ContiguousKVCache
 from lab.memory.events import EventLog
+from lab.memory.kernel_check import check_expected
 from lab.serving.config import SchedulerConfig
 from lab.serving.kv_backends import Batch, ContiguousBackend, NotSupported
 from lab.serving.request import Request
@@ -105,8 +106,8 @@ class GuessBackend(ContiguousBackend):
             expected.append((k[0], v[0]))
             newest.append(req.planned[n - 1])
         pool = self.cache.pool
-        return attention_check(pool.key_caches[0], pool.value_caches[0], tables,
-                               self.kv.queries(newest), expected)  # queries [n, heads, D]
+        return check_expected(pool.key_caches[0], pool.value_caches[0], tables,
+                              self.kv.queries(newest), expected)  # queries [n, heads, D]
 
     def release(self, req: Request) -> None:
         """Finished: give the region back. Preempted (tokens still to emit): free it for
