@@ -13,11 +13,11 @@ import torch
 from lab.memory.block_pool import PoolExhausted
 from lab.memory.cache_manager import KVCacheManager
 from lab.memory.kv_pool import PoolConfig
-from lab.model.branch_run import replay, replay_script
 from lab.model.dense_cache import DenseKVCache
 from lab.model.generation import GenerationStep, SamplingParams, generate, sample
 from lab.model.gguf import GGUF_FILE, LoadedModel, gguf_path, load_smollm2
 from lab.model.paged_cache import KernelPlan, PagedKVCache, pool_config_for
+from lab.scenarios.model_branches import replay, replay_script
 from tests.engine_helpers import DEVICE
 
 SYSTEM = "You are a concise assistant who answers in one short paragraph."
@@ -236,7 +236,7 @@ def test_a_stopped_request_keeps_its_tokens_and_frees_its_blocks(smol):
     assert again and session.request.num_cached_tokens == (len(prompt) - 1) // 16 * 16
 
 
-# vLLM V0's fork and vLLM V1's child requests holding the same samples (lab/model/branch_run.py)
+# vLLM V0's fork and vLLM V1's child requests holding the same samples (model_branches.py)
 BS = 16
 
 

@@ -15,7 +15,7 @@ last block; the request ends with that token and frees its blocks (full ones sta
 
 Both engines hold blocks the same way whoever computes the K/V: seeded synthetic K/V by default
 (the Copy-on-write page), or a real model's forward steps over the engine's pool
-(`lab.model.branch_run`), given as a `KVCompute`.
+(`lab.scenarios.model_branches`), given as a `KVCompute`.
 """
 
 from __future__ import annotations

@@ -18,13 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import torch
-
 from lab.memory.block_table import blocks_for
-from lab.memory.cache_manager import KVCacheManager
 from lab.memory.kv_pool import PoolConfig
-from lab.model.generation import forward_step
-from lab.model.paged_cache import PagedKVCache
+from lab.model.branch_compute import ModelCompute
 from lab.model.transformer import Transformer
 from lab.scenarios.branch_engines import BranchFrame, ChildRequestEngine, ForkEngine
 from lab.scenarios.branches import BranchScript, BranchStep
@@ -44,24 +40,6 @@ def replay_script(prompt: tuple[int, ...], samples: list[list[int]]) -> BranchSc
         steps.append(BranchStep((), forks, tokens, ended,
                                 dict.fromkeys((b for b in live if b not in ended), 0.0)))
     return BranchScript(tuple(prompt), tuple(steps))
-
-
-class ModelCompute:
-    """A `KVCompute`: the model's forward step over an engine's pool, keeping the next-token
-    logits of each sequence it ran with the tokens they follow."""
-
-    def __init__(self, model: Transformer) -> None:
-        self.model = model
-        self.caches: dict[int, PagedKVCache] = {}  # per manager (one per engine)
-        self.logits: list[tuple[tuple[int, ...], torch.Tensor]] = []  # this step's, [vocab]
-
-    def __call__(self, manager: KVCacheManager, seq_ids: list[int]) -> None:
-        cache = self.caches.get(id(manager))
-        if cache is None:
-            cache = self.caches[id(manager)] = PagedKVCache(manager, self.model.config)
-        logits = forward_step(self.model, cache, seq_ids)  # [num_seqs, vocab]
-        self.logits += [(tuple(manager.sequences[s].tokens), row)
-                        for s, row in zip(seq_ids, logits)]
 
 
 @dataclass(frozen=True)
