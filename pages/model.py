@@ -36,7 +36,8 @@ POOL_KEY = ("Each tile is a physical block; the bar shows its filled slots. S1, 
             "red outline ←b: a copy-on-write copy of block b.")
 V0_TITLE = "vLLM V0 (the paper, 2023): fork + copy-on-write"
 V1_TITLE = "vLLM V1 (0.33): child requests through the prefix cache"
-TWO_WAY_STEPS = ("after the prompt (step 0)", "after the first token (step 1)", "at the end")
+TWO_WAY_STEPS = ("after the prompt (step 0)", "after the first token (step 1)",
+                 "at the end (samples freed)")
 
 sidebar()
 st.title("A real model on the paged cache")
@@ -178,7 +179,7 @@ def engine_column(view: EngineView, v1: bool, step: int) -> None:
     m1, m2, m3 = st.columns(3)
     m1.metric("Blocks held", view.blocks_used, help="Physical blocks with ref count > 0 in "
                                                    "this engine's pool.")
-    m2.metric("Tokens computed", view.total_computed,
+    m2.metric("Computed", view.total_computed,
               help="Tokens whose K/V the model computed for this engine so far.")
     if v1:
         m3.metric("Recomputed", view.total_recomputed, help="Of those, tokens whose K/V an "
@@ -201,8 +202,8 @@ def two_ways_section(result: RequestResult) -> None:
     st.subheader(f"The {n} samples two ways: V0's fork and V1's child requests")
     st.markdown(f"The same {n} samples, token for token, held by two engines, each on a KV "
                 "pool of its own, the model computing every K/V each one holds: **V0** "
-                "prefills the prompt once and forks it; **V1** admits n child requests of the "
-                "prompt, the later ones finding the first one's full blocks in the prefix "
+                f"prefills the prompt once and forks it; **V1** admits {n} child requests of "
+                "the prompt, the later ones finding the first one's full blocks in the prefix "
                 "cache by hash.")
     steps = two_ways(result)
     if isinstance(steps, str):
@@ -226,10 +227,10 @@ def two_ways_section(result: RequestResult) -> None:
                 f"requests: {children}, {v1.recomputed} tokens computed again; it holds "
                 f"{v1.blocks_used} blocks (the full ones shared, a last block per child).")
     end = steps[-1]
-    st.markdown(f"**Over the run.** V0: {end.frame.v0.total_computed} tokens computed, "
-                f"{end.frame.v0.total_copies} block(s) copied. V1: "
-                f"{end.frame.v1.total_computed} computed, {end.frame.v1.total_recomputed} of "
-                f"them again, nothing copied. Next-token logits for the same tokens, V1 "
+    c0, c1 = end.frame.v0.total_computed, end.frame.v1.total_computed
+    st.markdown(f"**Over the run.** V0: {c0} tokens computed, {end.frame.v0.total_copies} "
+                f"block(s) copied. V1: {c1} computed ({c1 - c0} more than V0), nothing "
+                f"copied. Next-token logits for the same tokens, V1 "
                 f"against V0, over {end.check.compared} of them: largest difference "
                 f"**{end.check.max_abs_diff:.1e}**, the same most likely token "
                 + ("**every time**." if end.check.same_choice else "**not every time**."))
