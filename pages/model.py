@@ -3,11 +3,13 @@
 import streamlit as st
 
 from lab.figures.blocks import legend_markdown, pool_grid, sequence_colors, token_strip
+from lab.figures.cow import memory_figure
 from lab.figures.model import block_marked_html, layer_service_figure
 from lab.memory.block_pool import PoolExhausted
 from lab.model.generation import SamplingParams
-from lab.model.gguf import LoadedModel, ModelFileMissing, load_smollm2
-from lab.model.paged_cache import KERNEL
+from lab.model.gguf import LoadedModel, ModelFileMissing
+from lab.model.loading import start_model_load
+from lab.model.paged_cache import KERNEL, pool_config_for
 from lab.model.session import (
     GenerationFrame,
     ModelSession,
@@ -16,6 +18,8 @@ from lab.model.session import (
     size_check,
 )
 from lab.model.tokenizer import DEFAULT_SYSTEM_PROMPT
+from lab.scenarios.branch_engines import EngineView
+from lab.scenarios.model_branches import TwoWayStep, replay
 from lab.sizing.kv_formula import format_bytes
 from ui.kernel_badge import kernel_badge
 from ui.layout import explain, settings, show_figure
@@ -30,6 +34,10 @@ FOLLOW_UP = "What is the capital of Germany?"
 POOL_KEY = ("Each tile is a physical block; the bar shows its filled slots. S1, S2…: the sample "
             "holding it; ×n: shared by n samples (ref count); grey: free but still cached; "
             "red outline ←b: a copy-on-write copy of block b.")
+V0_TITLE = "vLLM V0 (the paper, 2023): fork + copy-on-write"
+V1_TITLE = "vLLM V1 (0.33): child requests through the prefix cache"
+TWO_WAY_STEPS = ("after the prompt (step 0)", "after the first token (step 1)",
+                 "at the end (samples freed)")
 
 sidebar()
 st.title("A real model on the paged cache")
@@ -43,15 +51,8 @@ explain(
     "is checked token for token against the same model on an ordinary contiguous cache. "
     "**vLLM V1 (0.33)** has no fork: it runs `n > 1` as n child requests of the same prompt, "
     "which share the prompt's full blocks through the prefix cache and each compute its "
-    "partial last block again (the Copy-on-write page runs both side by side).")
-
-
-try:  # weights and tokenizer: read-only, shared by every user of the app
-    loaded: LoadedModel = shared(load_smollm2, max_entries=1,
-                                 spinner="Loading SmolLM2-135M from the installed GGUF file…")()
-except ModelFileMissing as error:
-    st.error(f"{error}", icon=":material/inventory_2:")
-    st.stop()
+    "partial last block again. With n > 1, the samples are then held both ways, V0's and "
+    "V1's, each on a pool of its own, the model computing every K/V each one holds.")
 
 controls, output = st.columns([1, 2], gap="large")
 with controls, settings():
@@ -67,7 +68,7 @@ with controls, settings():
                             default="greedy", widget="segmented")
     n = int_param("Parallel samples (n)", "model_n", default=1, min_value=1, max_value=4,
                   help="n sequences forked from one prefill of the prompt (vLLM V0's way; "
-                       "vLLM V1 (0.33) sends n child requests instead).")
+                       "vLLM V1 (0.33) sends n child requests instead: both are run).")
     if decoding == "sampling":
         temperature = float_param("Temperature", "model_temp", default=0.8, min_value=0.1,
                                   max_value=2.0, step=0.1)
@@ -86,15 +87,6 @@ with controls, settings():
 
 params = SamplingParams(max_new_tokens=max_new, n=n, seed=seed(), temperature=temperature,
                         top_p=top_p)
-
-
-def new_session() -> ModelSession:
-    """This user's own pool; a result of the previous pool no longer matches it."""
-    st.session_state.pop("model_result", None)
-    return ModelSession(loaded, num_blocks, block_size)
-
-
-session = per_user("model_session", (num_blocks, block_size), new_session)
 
 
 def names_for(frame: GenerationFrame, short: bool = False) -> dict[int, str]:
@@ -116,20 +108,6 @@ def pool_figure(frame: GenerationFrame, copies: dict[int, int]):
     labels = {dst: f"←{src}" for dst, src in copies.items()}
     return pool_grid(frame.snapshot, names_for(frame, short=True), highlight=list(labels),
                      highlight_labels=labels, columns=8, title="Physical KV pool")
-
-
-def v1_children(prompt_len: int, cached: int) -> str:
-    """What vLLM V1 (0.33) would do with this prompt's n samples, in words with its numbers:
-    n child requests, the later ones hitting the first one's full blocks (a hit never covers
-    the last prompt token) and computing the rest again."""
-    hit = (prompt_len - 1) // block_size * block_size
-    again = prompt_len - hit
-    others = "the second finds" if n == 2 else f"the other {n - 1} find"
-    each = "" if n == 2 else "each "
-    return (f"vLLM V1 (0.33) would run {n} child requests instead: the first computes the "
-            f"prompt ({prompt_len - cached} tokens); {others} its {hit // block_size} full "
-            f"block(s) in the prefix cache and {each}computes the last {again} prompt token(s) "
-            f"again in a block of its own ({(n - 1) * again} tokens recomputed, no copy).")
 
 
 def run_request(user_question: str, slot) -> bool:
@@ -171,7 +149,96 @@ def run_request(user_question: str, slot) -> bool:
     return True
 
 
-with output:
+def two_ways(result: RequestResult) -> list[TwoWayStep] | str:
+    """The result's samples held V0's way and V1's, each on a pool of its own (this user's
+    last replay is kept: a rerun draws it again), or why they did not fit."""
+    samples = [result.final.tokens[s] for s in sorted(result.final.tokens)]
+    key = (result.prompt, tuple(map(tuple, samples)), num_blocks, block_size)
+    stored = st.session_state.get("model_two_ways")
+    if stored is not None and stored[0] == key:
+        return stored[1]
+    pool = pool_config_for(loaded.model.config, num_blocks, block_size, loaded.model.dtype)
+    steps: list[TwoWayStep] | str = []
+    bar = st.progress(0.0, text="Holding the samples both ways: the model computes the K/V…")
+    total = max(len(t) for t in samples)
+    try:
+        for step in replay(loaded.model, pool, result.prompt, samples):
+            steps.append(step)
+            bar.progress(len(steps) / total, text=f"Holding the samples both ways: step "
+                                                  f"{len(steps)} of {total}…")
+    except PoolExhausted as error:
+        steps = (f"The child requests need more blocks than this pool of {num_blocks} has free "
+                 f"({error}): enlarge the pool to run V1's way beside V0's.")
+    bar.empty()
+    st.session_state["model_two_ways"] = (key, steps)
+    return steps
+
+
+def engine_column(view: EngineView, v1: bool, step: int) -> None:
+    st.markdown(f"**{V1_TITLE if v1 else V0_TITLE}**")
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Blocks held", view.blocks_used, help="Physical blocks with ref count > 0 in "
+                                                   "this engine's pool.")
+    m2.metric("Computed", view.total_computed,
+              help="Tokens whose K/V the model computed for this engine so far.")
+    if v1:
+        m3.metric("Recomputed", view.total_recomputed, help="Of those, tokens whose K/V an "
+                  "earlier child request had already computed (the prompt's last block).")
+    else:
+        m3.metric("Copies", view.total_copies, help="Copy-on-write copies of a shared, partly "
+                                                    "filled block.")
+    copied = sorted({b for e in view.events if e.kind == "copy"
+                     for b in (e.detail["src"], e.detail["dst"])})
+    snapshot, branches = view.by_branch()
+    names = {b: f"S{b + 1}" for b in branches}
+    tag = "v1" if v1 else "v0"
+    show_figure(pool_grid(snapshot, names, highlight=copied, columns=8,
+                          title=f"{'V1' if v1 else 'V0'} KV pool at step {step}"),
+                key=f"model_pool_{tag}", file_name=f"model_pool_{tag}")
+
+
+def two_ways_section(result: RequestResult) -> None:
+    n = len(result.final.tokens)
+    st.subheader(f"The {n} samples two ways: V0's fork and V1's child requests")
+    st.markdown(f"The same {n} samples, token for token, held by two engines, each on a KV "
+                "pool of its own, the model computing every K/V each one holds: **V0** "
+                f"prefills the prompt once and forks it; **V1** admits {n} child requests of "
+                "the prompt, the later ones finding the first one's full blocks in the prefix "
+                "cache by hash.")
+    steps = two_ways(result)
+    if isinstance(steps, str):
+        st.warning(steps, icon=":material/view_module:")
+        return
+    shown = choice_param("Show the engines", "model_two_step", TWO_WAY_STEPS,
+                         default=TWO_WAY_STEPS[0], widget="segmented")
+    k = min({TWO_WAY_STEPS[0]: 0, TWO_WAY_STEPS[1]: 1}.get(shown, len(steps) - 1),
+            len(steps) - 1)
+    frame = steps[k].frame
+    for column, view, v1 in zip(st.columns(2, gap="medium"), (frame.v0, frame.v1),
+                                (False, True)):
+        with column:
+            engine_column(view, v1, k)
+    v0, v1 = steps[0].frame.v0, steps[0].frame.v1
+    children = "; ".join(f"S{a.branch + 1} found {a.hit_tokens} tokens "
+                         f"({a.hit_tokens // block_size} full blocks) and computed "
+                         f"{a.computed}" for a in v1.admitted)
+    st.markdown(f"**Step 0.** V0 computed the prompt once ({v0.computed} tokens) and holds "
+                f"{v0.blocks_used} blocks, every one shared by the {n} samples. V1's child "
+                f"requests: {children}, {v1.recomputed} tokens computed again; it holds "
+                f"{v1.blocks_used} blocks (the full ones shared, a last block per child).")
+    end = steps[-1]
+    c0, c1 = end.frame.v0.total_computed, end.frame.v1.total_computed
+    st.markdown(f"**Over the run.** V0: {c0} tokens computed, {end.frame.v0.total_copies} "
+                f"block(s) copied. V1: {c1} computed ({c1 - c0} more than V0), nothing "
+                f"copied. Next-token logits for the same tokens, V1 "
+                f"against V0, over {end.check.compared} of them: largest difference "
+                f"**{end.check.max_abs_diff:.1e}**, the same most likely token "
+                + ("**every time**." if end.check.same_choice else "**not every time**."))
+    show_figure(memory_figure([s.frame for s in steps], k), key="model_two_memory",
+                file_name="model_two_ways")
+
+
+with output:  # drawn before the model is loaded: a click now is answered once it is
     go_col, follow_col = st.columns([1, 2], vertical_alignment="bottom")
     generate = go_col.button("Generate", key="model_generate", type="primary",
                              icon=":material/play_arrow:")
@@ -184,6 +251,39 @@ with output:
     second = follow_col.button("Send second request", key="model_second",
                                icon=":material/replay:")
     live = st.empty()
+
+
+def wait_for_model(slot) -> LoadedModel:
+    """The model, loading in its own thread (one load for every user): the page is drawn
+    first, and `slot` shows the load's progress until it ends (a rerun finds it further on)."""
+    start = shared(start_model_load, max_entries=1)
+    load = start()
+    if not load.done:
+        bar = slot.progress(load.fraction, text="Loading SmolLM2-135M from the installed GGUF "
+                                                "file…")
+        while not load.wait(0.25):
+            bar.progress(load.fraction, text=f"Loading SmolLM2-135M: {load.stage}…")
+        slot.empty()
+    try:
+        return load.result()
+    except ModelFileMissing as error:
+        start.clear()  # the next visit looks for the file again
+        slot.error(f"{error}", icon=":material/inventory_2:")
+        st.stop()
+
+
+loaded = wait_for_model(live)
+
+
+def new_session() -> ModelSession:
+    """This user's own pool; a result of the previous pool no longer matches it."""
+    st.session_state.pop("model_result", None)
+    return ModelSession(loaded, num_blocks, block_size)
+
+
+session = per_user("model_session", (num_blocks, block_size), new_session)
+
+with output:
     failed = (generate or second) and not run_request(question if generate else follow, live)
     session.wait_idle()  # a stopped run winds up in its own thread while this one starts
     if session.stopped is not None:  # the last run was stopped mid-stream
@@ -235,13 +335,13 @@ if result is not None:
         st.info(f"**Copy-on-write at step {result.first_copy_step}** (vLLM V0's mechanism): "
                 f"the {n} samples shared the prompt's partial last block. Before each wrote its "
                 f"first own token there, that one block was copied ({pairs}); the last holder "
-                f"wrote in place. The full prompt blocks stay shared. "
-                + v1_children(len(result.prompt), result.num_cached_tokens),
+                f"wrote in place. The full prompt blocks stay shared. vLLM V1 (0.33) has "
+                f"no fork: below, the same samples as {n} child requests.",
                 icon=":material/content_cut:")
     elif n > 1:
         st.info(f"The {n} samples forked the prompt's blocks (vLLM V0's mechanism); its last "
-                "block was full, so each took a fresh block and nothing was copied. "
-                + v1_children(len(result.prompt), result.num_cached_tokens),
+                "block was full, so each took a fresh block and nothing was copied. vLLM V1 "
+                f"(0.33) has no fork: below, the same samples as {n} child requests.",
                 icon=":material/call_split:")
     with st.expander(f"The prompt in blocks ({len(result.prompt)} tokens, chat template "
                      "applied)"):
@@ -250,6 +350,9 @@ if result is not None:
     names = names_for(frame)
     show_figure(token_strip(frame.snapshot, names), key="model_strip", file_name="model_tokens")
     st.markdown(legend_markdown(frame.snapshot, names), unsafe_allow_html=True)
+
+    if len(frame.tokens) > 1 and not result.stopped:
+        two_ways_section(result)
 
     st.subheader("Which implementation served which layers")
     summary, last = kernel_summary(list(result.reports)), result.reports[-1]

@@ -10,12 +10,14 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from lab.memory.block_pool import PoolExhausted
 from lab.memory.cache_manager import KVCacheManager
 from lab.memory.kv_pool import PoolConfig
 from lab.model.dense_cache import DenseKVCache
 from lab.model.generation import GenerationStep, SamplingParams, generate, sample
 from lab.model.gguf import GGUF_FILE, LoadedModel, gguf_path, load_smollm2
 from lab.model.paged_cache import KernelPlan, PagedKVCache, pool_config_for
+from lab.scenarios.model_branches import replay, replay_script
 from tests.engine_helpers import DEVICE
 
 SYSTEM = "You are a concise assistant who answers in one short paragraph."
@@ -232,3 +234,76 @@ def test_a_stopped_request_keeps_its_tokens_and_frees_its_blocks(smol):
     session.manager.check_invariants()
     again = list(session.run(prompt, SamplingParams(max_new_tokens=2)))  # the pool serves on
     assert again and session.request.num_cached_tokens == (len(prompt) - 1) // 16 * 16
+
+
+# vLLM V0's fork and vLLM V1's child requests holding the same samples (model_branches.py)
+BS = 16
+
+
+def samples_of(lm, prompt: list[int], params: SamplingParams) -> list[list[int]]:
+    steps, _ = paged_run(lm, paged_manager(lm, prefix=False), prompt, params,
+                         lm.tokenizer.stop_ids)
+    out = texts(steps)
+    return [out[s] for s in sorted(out)]
+
+
+def test_the_replay_writes_what_the_model_computed():
+    script = replay_script((1, 2, 3), [[7, 8, 9], [5]])
+    assert [s.tokens for s in script.steps] == [(), ((0, 7),), ((0, 8),)]
+    assert script.steps[0].forks == ((1, 0),) and script.steps[0].ended == (1,)
+    assert script.steps[2].ended == (0,) and script.steps[2].scores == {}
+
+
+def test_v1_children_share_the_full_prompt_blocks_and_each_compute_the_partial_one(smol):
+    prompt = smol.tokenizer.chat_tokens("Tell me a fact about owls.")
+    assert len(prompt) % BS != 0
+    n, full = 3, len(prompt) // BS
+    tail = len(prompt) - full * BS
+    samples = samples_of(smol, prompt, SamplingParams(max_new_tokens=4, temperature=0.9,
+                                                      seed=5, n=n))
+    steps = list(replay(smol.model, pool_config_for(smol.model.config, 32, BS), tuple(prompt),
+                        samples))
+    v0, v1 = steps[0].frame.v0, steps[0].frame.v1
+    # V0 prefills once; its forks share every prompt block, the partial one included.
+    assert v0.computed == len(prompt) and v0.recomputed == 0
+    assert v0.blocks_used == full + 1
+    # V1: the first child computes the prompt; the others hit its full blocks by hash and
+    # compute the partial last block again, each in a block of its own.
+    assert [a.hit_tokens for a in v1.admitted] == [0] + [full * BS] * (n - 1)
+    assert [a.computed for a in v1.admitted] == [len(prompt)] + [tail] * (n - 1)
+    assert v1.computed == len(prompt) + (n - 1) * tail and v1.recomputed == (n - 1) * tail
+    assert v1.blocks_used == full + n
+    tables = [s.block_table for s in v1.snapshot.sequences]
+    assert len({tuple(t[:full]) for t in tables}) == 1  # the full blocks, shared
+    assert len({t[full] for t in tables}) == n  # the partial block, one per child
+    assert all(v1.snapshot.blocks[b].ref_count == n for b in tables[0][:full])
+    # At step 1 V0's samples copy the shared partial block (the last writes in place): both
+    # engines now hold as many blocks; V1 paid in recomputed tokens, V0 in copies.
+    one = steps[1].frame
+    assert one.v0.total_copies == n - 1 and one.v1.total_copies == 0
+    assert one.v0.blocks_used == one.v1.blocks_used
+    assert one.v1.total_computed - one.v0.total_computed == (n - 1) * tail
+    # The same tokens give the same next-token logits either way.
+    check = steps[-1].check
+    assert check.compared == sum(len(s) for s in samples) and check.same_choice
+    assert check.max_abs_diff < 1e-3
+
+
+def test_a_full_last_prompt_block_is_computed_again_by_every_child(smol):
+    prompt = smol.tokenizer.chat_tokens("Tell me a fact about owls.")
+    prompt = prompt[:len(prompt) // BS * BS]  # the last prompt block is full
+    samples = samples_of(smol, prompt, SamplingParams(max_new_tokens=2, n=2))
+    (first, *_) = replay(smol.model, pool_config_for(smol.model.config, 32, BS),
+                         tuple(prompt), samples)
+    second = first.frame.v1.admitted[1]
+    assert second.hit_tokens == len(prompt) - BS  # a hit never covers the last prompt token
+    assert second.computed == second.recomputed == BS
+    assert first.frame.v0.blocks_used == len(prompt) // BS
+
+
+def test_a_pool_too_small_for_the_children_raises(smol):
+    prompt = smol.tokenizer.chat_tokens("Tell me a fact about owls.")
+    samples = [[1, 2, 3]] * 4
+    with pytest.raises(PoolExhausted):
+        list(replay(smol.model, pool_config_for(smol.model.config, len(prompt) // BS + 2, BS),
+                    tuple(prompt), samples))

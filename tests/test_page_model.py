@@ -15,6 +15,10 @@ def metric(at: AppTest, label: str) -> str:
     return next(str(m.value) for m in at.metric if m.label == label)
 
 
+def metrics(at: AppTest, label: str) -> list[str]:
+    return [str(m.value) for m in at.metric if m.label == label]
+
+
 def test_generate_then_second_request_reuses_the_system_prompt() -> None:
     at = AppTest.from_file(PAGE, default_timeout=240)
     at.query_params.update({"model_max_new": "4", "model_n": "2", "model_decoding": "sampling"})
@@ -26,13 +30,22 @@ def test_generate_then_second_request_reuses_the_system_prompt() -> None:
     assert metric(at, "Same as dense cache") == "yes"
     assert metric(at, "Reused from prefix cache") == "0"
     copy_note = next(i.value for i in at.info if "Copy-on-write" in i.value)  # one partial block
-    assert "(vLLM V0's mechanism)" in copy_note
+    assert "(vLLM V0's mechanism)" in copy_note and "as 2 child requests" in copy_note
     prompt = int(metric(at, "Prompt tokens"))
-    again = prompt - (prompt - 1) // 16 * 16
-    assert ("vLLM V1 (0.33) would run 2 child requests instead" in copy_note
-            and f"the second finds its {prompt // 16 if prompt % 16 else prompt // 16 - 1} full "
-            f"block(s) in the prefix cache and computes the last {again} prompt token(s) "
-            "again" in copy_note)
+    full, tail = divmod(prompt, 16)
+    # The same samples held both ways, shown at step 0: V0 prefilled once and shares every
+    # prompt block; V1's second child found the full blocks and computed the partial one again.
+    assert [m.value for m in at.markdown if m.value.startswith("**vLLM V")] == [
+        "**vLLM V0 (the paper, 2023): fork + copy-on-write**",
+        "**vLLM V1 (0.33): child requests through the prefix cache**"]
+    assert metrics(at, "Blocks held") == [str(full + 1), str(full + 2)]
+    assert metrics(at, "Computed") == [str(prompt), str(prompt + tail)]
+    step0 = next(m.value for m in at.markdown if m.value.startswith("**Step 0.**"))
+    assert (f"S1 found 0 tokens (0 full blocks) and computed {prompt}; S2 found {full * 16} "
+            f"tokens ({full} full blocks) and computed {tail}, {tail} tokens computed again"
+            in step0)
+    over = next(m.value for m in at.markdown if m.value.startswith("**Over the run.**"))
+    assert f"({tail} more than V0)" in over and "the same most likely token **every time**" in over
     texts = [m.value for m in at.markdown if m.value.startswith("**sample")]
     assert len(texts) == 2
     at.button(key="model_second").click().run()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.resources
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,7 +81,9 @@ def read_tokenizer(reader: GGUFReader) -> ChatTokenizer:
 
 
 def read_weights(reader: GGUFReader, config: ModelConfig, dtype: torch.dtype,
-                 device: torch.device) -> Transformer:
+                 device: torch.device, on_layer: Callable[[int], None] | None = None
+                 ) -> Transformer:
+    """The weights, dequantized; `on_layer(i)` is told each layer once it is read."""
     tensors = {t.name: t for t in reader.tensors}
 
     def load(name: str) -> torch.Tensor:
@@ -100,6 +103,8 @@ def read_weights(reader: GGUFReader, config: ModelConfig, dtype: torch.dtype,
             gate_up=torch.cat([blk("ffn_gate"), blk("ffn_up")]),
             down=blk("ffn_down"),
         ))
+        if on_layer is not None:
+            on_layer(i)
     return Transformer(config, load("token_embd.weight"), layers, load("output_norm.weight"))
 
 
@@ -111,11 +116,30 @@ class LoadedModel:
     path: Path
 
 
-def load_smollm2(dtype: torch.dtype = torch.float32,
-                 device: torch.device | None = None) -> LoadedModel:
-    """Read config, tokenizer and weights from the installed GGUF (about 5 s on a CPU)."""
+# A load's stages, as the fraction of its time spent before each (on a CPU, about 5 s in all:
+# GGUFReader parses the metadata, the vocabulary and merges included, before any weight).
+Progress = Callable[[float, str], None]  # (fraction done, what it is doing now)
+WEIGHTS_START, TOKENIZER_START = 0.6, 0.95
+
+
+def load_smollm2(dtype: torch.dtype = torch.float32, device: torch.device | None = None,
+                 progress: Progress | None = None) -> LoadedModel:
+    """Read config, tokenizer and weights from the installed GGUF; `progress` is told how far
+    the load got."""
+    tell = progress or (lambda fraction, stage: None)
+    tell(0.0, "Reading the GGUF file: metadata, vocabulary and merges")
     path = gguf_path()
     reader = GGUFReader(path)
     config = read_gguf_config(reader)
-    model = read_weights(reader, config, dtype, device or active_device())
-    return LoadedModel(model, read_tokenizer(reader), str(_field(reader, "general.name")), path)
+    layers = config.num_layers
+
+    def on_layer(i: int) -> None:
+        share = (i + 1) / layers * (TOKENIZER_START - WEIGHTS_START)
+        tell(WEIGHTS_START + share, f"Dequantizing the weights: layer {i + 1} of {layers}")
+
+    tell(WEIGHTS_START, f"Dequantizing the weights: layer 0 of {layers}")
+    model = read_weights(reader, config, dtype, device or active_device(), on_layer)
+    tell(TOKENIZER_START, "Building the tokenizer")
+    tokenizer = read_tokenizer(reader)
+    tell(1.0, "Loaded")
+    return LoadedModel(model, tokenizer, str(_field(reader, "general.name")), path)

@@ -12,6 +12,10 @@ block, or its last full block, since a hit stops one token short of the prompt).
 runs outside the engine core (`LLM.beam_search`): every step each beam is sent as a new
 one-token request, which finds its full blocks in the prefix cache and recomputes its partial
 last block; the request ends with that token and frees its blocks (full ones stay cached).
+
+Both engines hold blocks the same way whoever computes the K/V: seeded synthetic K/V by default
+(the Copy-on-write page), or a real model's forward steps over the engine's pool
+(`lab.scenarios.model_branches`), given as a `KVCompute`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from kernels.reference import AttentionCheck
 from lab.memory.cache_manager import KVCacheManager
@@ -88,10 +93,20 @@ def branch_name(branch: int) -> str:
     return f"B{branch}"
 
 
+class KVCompute(Protocol):
+    """Computes the K/V of the listed sequences' unwritten positions, in one step, and stores
+    it in the manager's pool (which commits it)."""
+
+    def __call__(self, manager: KVCacheManager, seq_ids: list[int]) -> None: ...
+
+
 class BranchEngine(ABC):
-    def __init__(self, pool: PoolConfig, seed: int, store_kv: bool, prefix_cache: bool) -> None:
-        self.manager = KVCacheManager(pool, enable_prefix_cache=prefix_cache, store_kv=store_kv)
-        self.kv = SyntheticKV(pool, seed) if store_kv else None
+    def __init__(self, pool: PoolConfig, seed: int, store_kv: bool, prefix_cache: bool,
+                 compute: KVCompute | None = None) -> None:
+        self.manager = KVCacheManager(pool, enable_prefix_cache=prefix_cache,
+                                      store_kv=store_kv or compute is not None)
+        self.kv = SyntheticKV(pool, seed) if store_kv and compute is None else None
+        self.compute = compute  # None: synthetic K/V (store_kv), or positions only
         self.live: dict[int, int] = {}  # live sequence (request) id -> its branch
         self.branches: dict[int, int] = {}  # every sequence id so far -> its branch
         self._seen: set[int] = set()  # prefixes whose last token's K/V was computed
@@ -130,26 +145,31 @@ class BranchEngine(ABC):
         self.live[seq_id] = branch
         self.branches[seq_id] = branch
 
-    def _compute(self, seq_id: int, start: int) -> None:
-        """The K/V of positions [start, len) of a sequence is computed at this step."""
-        seq = self.manager.sequences[seq_id]
-        n = len(seq) - start
-        if self.kv is not None:
-            keys, values = self.kv.keys_values(seq.tokens[start:], start)  # [L, n, kv_heads, D]
-            self.manager.write(seq_id, start, keys, values)
-        else:
-            self.manager.commit(seq_id, len(seq))
-        self._now[seq_id] = self._now.get(seq_id, 0) + n
-        for key in itertools.islice(_prefix_keys(seq.tokens), start, None):
-            self._recomputed += key in self._seen
-            self._seen.add(key)
+    def _compute(self, seq_ids: list[int]) -> None:
+        """The K/V of the sequences' unwritten positions is computed at this step."""
+        if not seq_ids:
+            return
+        seqs = [self.manager.sequences[s] for s in seq_ids]
+        starts = [seq.num_written for seq in seqs]
+        if self.compute is not None:
+            self.compute(self.manager, seq_ids)
+        for seq, start in zip(seqs, starts):
+            if self.compute is None and self.kv is not None:
+                keys, values = self.kv.keys_values(seq.tokens[start:], start)  # [L, n, KV, D]
+                self.manager.write(seq.seq_id, start, keys, values)
+            elif self.compute is None:
+                self.manager.commit(seq.seq_id, len(seq))
+            self._now[seq.seq_id] = self._now.get(seq.seq_id, 0) + len(seq) - start
+            for key in itertools.islice(_prefix_keys(seq.tokens), start, None):
+                self._recomputed += key in self._seen
+                self._seen.add(key)
 
     def _append(self, tokens: tuple[tuple[int, int], ...], seq_of: dict[int, int]) -> None:
-        """One token per (branch, token), written at its branch's sequence (a decode step)."""
+        """One token per (branch, token), written at its branch's sequence; the step then
+        computes them together (a decode step)."""
         for branch, token in tokens:
-            seq_id = seq_of[branch]
-            self.manager.append_token(seq_id, token)
-            self._compute(seq_id, len(self.manager.sequences[seq_id]) - 1)
+            self.manager.append_token(seq_of[branch], token)
+        self._compute([seq_of[branch] for branch, _ in tokens])
 
     def _free(self, seq_id: int) -> None:
         self.manager.free(seq_id)
@@ -171,15 +191,16 @@ class BranchEngine(ABC):
 class ForkEngine(BranchEngine):
     """vLLM V0: one prefill, forks that share every block, copy-on-write of a shared tail."""
 
-    def __init__(self, pool: PoolConfig, seed: int, store_kv: bool, prompt: tuple[int, ...]):
-        super().__init__(pool, seed, store_kv, prefix_cache=False)
+    def __init__(self, pool: PoolConfig, seed: int, store_kv: bool, prompt: tuple[int, ...],
+                 compute: KVCompute | None = None):
+        super().__init__(pool, seed, store_kv, prefix_cache=False, compute=compute)
         self.prompt = list(prompt)
 
     def play(self, index: int, step: BranchStep, runs: bool) -> None:
         if index == 0:
             seq = self.manager.add_sequence(self.prompt)
             self._hold(seq.seq_id, 0)
-            self._compute(seq.seq_id, 0)
+            self._compute([seq.seq_id])
         for branch in step.dropped:
             self._free(branch)
         for branch, parent in step.forks:
@@ -195,8 +216,8 @@ class ChildRequestEngine(BranchEngine):
     """vLLM V1 (0.33): separate requests that share full blocks through the prefix cache."""
 
     def __init__(self, pool: PoolConfig, seed: int, store_kv: bool, prompt: tuple[int, ...],
-                 beam: bool):
-        super().__init__(pool, seed, store_kv, prefix_cache=True)
+                 beam: bool, compute: KVCompute | None = None):
+        super().__init__(pool, seed, store_kv, prefix_cache=True, compute=compute)
         self.beam = beam
         self.tokens: dict[int, list[int]] = {0: list(prompt)}  # branch -> its tokens so far
 
@@ -204,7 +225,7 @@ class ChildRequestEngine(BranchEngine):
         seq = self.manager.add_sequence(self.tokens[branch])
         self._hold(seq.seq_id, branch)
         hit, before = seq.num_cached_tokens, self._recomputed
-        self._compute(seq.seq_id, hit)
+        self._compute([seq.seq_id])
         self._admitted.append(Admission(branch, seq.seq_id, hit, len(seq) - hit,
                                         self._recomputed - before))
 
