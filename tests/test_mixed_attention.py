@@ -9,12 +9,13 @@ when A leaves.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 
 from lab.memory.block_table import blocks_for
-from lab.memory.kv_cache_groups import NULL_BLOCK
+from lab.memory.kv_cache_groups import NULL_BLOCK, ChunkedLocal, FullAttention, SlidingWindow
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.mixed_attention import (
     MixedAttentionStory,
@@ -22,6 +23,8 @@ from lab.scenarios.mixed_attention import (
     PoolTooSmall,
     mixed_requests,
 )
+from lab.serving.scheduler import Scheduler
+from tests.scheduler_helpers import config, llama_h100, specs
 
 FULL, WINDOW = 0, 1
 
@@ -182,3 +185,41 @@ def test_requests_share_the_system_prompt_and_the_trace_replays() -> None:
     trace = json.loads(MixedAttentionStory(MixedParams(), 0).trace(3))
     assert trace["meta"]["page"] == "mixed_attention"
     assert {e["kind"] for e in trace["paged"]} >= {"allocate", "free", "hit", "cache"}
+
+
+@pytest.mark.parametrize("groups", [(FullAttention(), SlidingWindow(8)),
+                                    (FullAttention(), SlidingWindow(6), ChunkedLocal(8))])
+def test_the_schedulers_decisions_count_every_groups_blocks(groups) -> None:
+    """The scheduler on several KV cache groups (GroupedBackend), explain on: each decision
+    line's block counts are the blocks the backend really gave, summed over the groups."""
+    cfg = config(num_blocks=60, block_size=4, max_num_batched_tokens=16,
+                 enable_prefix_caching=True, kv_cache_groups=groups)
+    sched = Scheduler(specs((20, 6), (30, 4), (20, 3)), cfg, llama_h100(), detail=True)
+    caps = sched.backend.kv_cache.admission_caps
+    checked = 0
+    while (record := sched.step()) is not None:
+        entries = {e.req_id: e for e in sched.detail.scheduled}
+        for line in record.decisions:
+            req_id = int(re.match(r"request (\d+)", line).group(1))
+            entry = entries.get(req_id)
+            if " admitted: " in line:
+                # new: the whole tables after admission (hit, null entries, new blocks)
+                held = sum(len(t) - t.count(NULL_BLOCK) for t in entry.new_blocks)
+                length = int(re.search(r"admitted: (\d+) tokens", line).group(1))
+                whole = sum(min(blocks_for(length, 4), cap or blocks_for(length, 4))
+                            for cap in caps)
+                assert f"whole sequence ({whole} blocks over its {len(groups)} KV cache groups)" \
+                    in line, line
+                assert f"it holds {held} blocks now" in line, line
+                checked += 1
+            elif "next prefill chunk" in line:
+                more = sum(map(len, entry.new_blocks))
+                said = re.search(r"(\d+) blocks? more", line)
+                assert (int(said.group(1)) if said else 0) == more, (line, entry.new_blocks)
+                checked += 1
+    assert checked >= 5
+
+
+def test_group_blocks_has_one_definition() -> None:
+    from lab.memory import cache_manager, hybrid_cache_manager
+    assert hybrid_cache_manager.GroupBlocks is cache_manager.GroupBlocks
