@@ -21,6 +21,7 @@ from lab.scenarios.mixed_attention import (
     MixedAttentionStory,
     MixedParams,
     PoolTooSmall,
+    event_steps,
     mixed_requests,
 )
 from lab.serving.scheduler import Scheduler
@@ -223,3 +224,35 @@ def test_the_schedulers_decisions_count_every_groups_blocks(groups) -> None:
 def test_group_blocks_has_one_definition() -> None:
     from lab.memory import cache_manager, hybrid_cache_manager
     assert hybrid_cache_manager.GroupBlocks is cache_manager.GroupBlocks
+
+
+def test_event_steps_name_the_notable_steps(frames) -> None:
+    events = dict(event_steps(frames))
+    assert list(events) == sorted(events)
+    # The default walk (worked by hand above): A's window frees 5, 6, 7 at step 2 and 8 at
+    # step 5; B leaves at step 10; C's hit shrinks to 0 when A leaves at step 12; C at 19.
+    assert "blocks 5, 6, 7 left the sliding window" in events[2]
+    assert "block 8 left" in events[5]
+    assert "B finishes: 6 blocks back to the pool" in events[10]  # A shares 0-3
+    assert "C's prefix hit shrinks to 0 tokens" in events[12] and "A finishes" in events[12]
+    assert "C finishes" in events[19]
+    for step in (1, 3, 6, 7, 11):  # arrivals with a full hit, decodes inside held blocks
+        assert step not in events
+    # Every step where a block turns null or a request leaves is listed.
+    for frame in frames:
+        busy = frame.left or any(c.nulled for ch in frame.changes.values() for c in ch)
+        assert bool(busy) <= (frame.step in events)
+
+
+def test_a_leaving_request_gives_back_only_the_blocks_no_one_else_holds(frames) -> None:
+    story = MixedAttentionStory(MixedParams(), 0)
+    # Step 10: B leaves; the system prompt's full-attention blocks 0-3 are A's too.
+    assert frames[10].kept == {"B": (0, 1, 2, 3)}
+    left = story.caption(frames[10])[0]
+    assert "physical blocks 12, 14, 6, 13, 15, 5 go back to the pool" in left
+    assert "Blocks 0, 1, 2, 3 stay in use: A still holds them" in left
+    # Step 12: A leaves alone with its blocks; C takes some back at once, from the pool.
+    assert frames[12].kept == {"A": ()}
+    assert "stay in use" not in story.caption(frames[12])[0]
+    end = story.caption(frames[-1])[-1]
+    assert "all 18 physical blocks are back in the pool" in end and "still cached" in end
