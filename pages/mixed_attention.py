@@ -161,8 +161,12 @@ def show_step(step: int) -> None:
     hidden = questions.hold
     window_open = not WINDOW_QUESTION.answered  # the steady count below would answer it
     with parts.caption:
-        for question in questions.due:  # asked right here, before the step that answers it
-            question.ask()
+        # Asked right here, before the step that answers it; one open question at a time (a
+        # second waits for the first's answer), so the controls and the figure stay in view.
+        first_open = next((q for q in questions.due if not q.answered), None)
+        for question in questions.due:
+            if question.answered or question is first_open:
+                question.ask()
         with held_back(not hidden, "what this step did", key="mx_caption"):
             step_caption(step, list(view.caption), held=hidden)
     tips = {"Full-attention blocks": "Physical blocks in use in the full-attention group (a "

@@ -41,11 +41,13 @@ def test_steps_follow_the_engine(open_page) -> None:
 def test_the_hit_question_holds_back_its_answer(open_page) -> None:
     at = open_page(step="12")  # C arrives: its hit is the question
     assert not at.exception
+    # The window question (due at step 6) is still open: asked first, the hit question waits.
+    assert not any("How many prompt tokens" in m.value for m in at.markdown)
+    at.button(key="mx_window_show").click().run()
     asked = [m.value for m in at.markdown if "How many prompt tokens" in m.value]
     assert asked and "alone would find 16" in asked[0]
     assert any("held back" in c.value for c in at.caption)  # caption, counters, figures
     at.button(key="mx_hit_show").click().run()
-    at.button(key="mx_window_show").click().run()  # asked at step 6, still open
     assert not any("held back" in c.value for c in at.caption)
     shown = " ".join(m.value for m in at.markdown)
     assert "the sliding window only 0" in shown and "**0 tokens**" in shown
@@ -112,6 +114,7 @@ def test_an_answered_question_closes_after_the_step_that_answers_it(open_page) -
 
 def test_the_hit_question_names_what_the_window_group_needs(open_page) -> None:
     at = open_page(step="11")
+    at.button(key="mx_window_show").click().run()  # the first question, still open
     asked = next(m.value for m in at.markdown if "How many prompt tokens" in m.value)
     assert "positions *h* − 7 to *h* − 1" in asked and "(0, 4, 8, 12, 16)" in asked
 
