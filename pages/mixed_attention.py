@@ -156,17 +156,19 @@ def real_model_groups() -> None:
 
 def show_step(step: int) -> None:
     frame, view = all_frames[step], step_view(step)
+    asked_here = st.container()  # right under the controls, in classroom mode too
     parts = step_parts()
     questions = gate(QUESTIONS, step)
     hidden = questions.hold
     window_open = not WINDOW_QUESTION.answered  # the steady count below would answer it
-    with parts.caption:
-        # Asked right here, before the step that answers it; one open question at a time (a
-        # second waits for the first's answer), so the controls and the figure stay in view.
+    with asked_here:
+        # Asked before the step that answers it; one open question at a time (a second
+        # waits for the first's answer), so the controls and the figure stay in view.
         first_open = next((q for q in questions.due if not q.answered), None)
         for question in questions.due:
             if question.answered or question is first_open:
                 question.ask()
+    with parts.caption:
         with held_back(not hidden, "what this step did", key="mx_caption"):
             step_caption(step, list(view.caption), held=hidden)
     tips = {"Full-attention blocks": "Physical blocks in use in the full-attention group (a "
