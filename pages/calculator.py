@@ -68,6 +68,7 @@ FIELDS = [
     ("max_pos", "max_position_embeddings", "Max context (0 = unknown)"),
 ]
 PARAMS_KEY, WEIGHT_KEY, PREFIX_KEY = "params_b", "weight_dtype", "prefix"
+QUIZZED = "_calc_quizzed"  # session_state: the bytes question was answered in this visit
 
 
 def _fill(spec: ModelSpec) -> None:
@@ -217,8 +218,12 @@ BYTES = Question(
     f"{KV_DTYPES[dtype_key].label}. How many bytes of KV cache does one token take, over all "
     "layers?", answer=layout.bytes_per_token, explanation=question_explanation(layout),
     context=(spec, dtype_key, tp))
-BYTES.ask()
-with held_back(BYTES.answered, "the sizes", key="calc_sizes"):
+# Asked once per visit: until it is answered, what gives its answer away is held back; then
+# its verdict stays for its own settings, and a new setting asks nothing and holds nothing.
+st.session_state[QUIZZED] = shown = BYTES.answered or st.session_state.get(QUIZZED, False)
+if not shown or BYTES.answered:
+    BYTES.ask()
+with held_back(shown, "the sizes", key="calc_sizes"):
     st.latex(per_token_latex(layout))
     st.latex(batch_latex(layout, context, batch))
     if terms := family_terms(layout, context, block_size, prefix_caching):
@@ -235,24 +240,25 @@ rows = [
     (f"per sequence ({context:,} tokens)", seq_bytes),
     (f"batch of {batch:,} sequences", seq_bytes * batch),
 ]
-st.table({"quantity": [r[0] for r in rows], "bytes": [f"{r[1]:,}" for r in rows],
-          "size (GiB = 2³⁰ B; GB = 10⁹ B)": [format_bytes(r[1]) for r in rows]})
-parts = [(f"{layout.num_full_layers} full-attention layers keep {context:,} tokens",
-          layout.full_bytes(context))]
-if spec.num_sliding_layers:
-    parts.append((f"{spec.num_sliding_layers} sliding layers keep "
-                  f"{layout.window_tokens(context):,} tokens (window {spec.sliding_window:,})",
-                  layout.sliding_bytes(context)))
-if spec.num_chunked_layers:
-    parts.append((f"{spec.num_chunked_layers} chunked layers keep "
-                  f"{layout.chunk_tokens(context):,} tokens (chunk "
-                  f"{spec.attention_chunk_size:,})", layout.chunked_bytes(context)))
-if spec.state:
-    parts.append((f"{spec.state.num_layers} {spec.state.label} layers keep a state",
-                  layout.state_bytes))
-if len(parts) > 1:
-    for col, (label, size) in zip(st.columns(len(parts)), parts, strict=True):
-        col.metric(label, format_bytes(size * batch).split(" (")[0])
+with held_back(shown, "the sizes", key="calc_table"):
+    st.table({"quantity": [r[0] for r in rows], "bytes": [f"{r[1]:,}" for r in rows],
+              "size (GiB = 2³⁰ B; GB = 10⁹ B)": [format_bytes(r[1]) for r in rows]})
+    parts = [(f"{layout.num_full_layers} full-attention layers keep {context:,} tokens",
+              layout.full_bytes(context))]
+    if spec.num_sliding_layers:
+        parts.append((f"{spec.num_sliding_layers} sliding layers keep "
+                      f"{layout.window_tokens(context):,} tokens (window {spec.sliding_window:,})",
+                      layout.sliding_bytes(context)))
+    if spec.num_chunked_layers:
+        parts.append((f"{spec.num_chunked_layers} chunked layers keep "
+                      f"{layout.chunk_tokens(context):,} tokens (chunk "
+                      f"{spec.attention_chunk_size:,})", layout.chunked_bytes(context)))
+    if spec.state:
+        parts.append((f"{spec.state.num_layers} {spec.state.label} layers keep a state",
+                      layout.state_bytes))
+    if len(parts) > 1:
+        for col, (label, size) in zip(st.columns(len(parts)), parts, strict=True):
+            col.metric(label, format_bytes(size * batch).split(" (")[0])
 
 # -- capacity sheets -------------------------------------------------------------------------
 st.header("Capacity sheet")
@@ -323,37 +329,38 @@ if dtype_key not in ("fp16", "fp8"):
     st.caption(f"vLLM's kv_cache_dtype has no {KV_DTYPES[dtype_key].label} (auto is the "
                "model's 16-bit dtype, or fp8): its sheet below uses the lab's bytes for it.")
 
-left, right = st.columns([2, 3])
-with left:
-    st.subheader("The guide's formula")
-    plain_rows = [
-        ("card memory (the driver's total)", format_bytes(plain.gpu_bytes)),
-        (f"× gpu_memory_utilization {utilization:g}", format_bytes(plain.usable_bytes)),
-        (f"− weights ({weight_dtype}, / tp {tp})", format_bytes(plain.weight_bytes)),
-        ("− non-KV reserve", format_bytes(plain.reserve_bytes)),
-        ("= KV budget", format_bytes(max(plain.kv_budget_bytes, 0))),
-        (f"÷ block bytes ({block_size} slots × all layers)", format_bytes(plain.block_bytes)),
-        ("= KV blocks in the pool", f"{plain.num_blocks:,}"),
-        ("= tokens the pool holds", f"{plain.num_tokens:,}"),
-        (f"blocks one {context:,}-token sequence needs", f"{plain.seq_blocks:,.1f}"),
-        (f"maximum concurrency for {context:,} tokens", f"{plain.max_concurrency:,.2f}x"),
-    ]
-    st.table({"step": [r[0] for r in plain_rows], "value": [r[1] for r in plain_rows]})
-with right:
-    st.subheader("Where vLLM's computation parts from it")
-    bullets(differences(layout, plain, sheet, block_size,
-                        default_max_num_seqs(gpu_name, cuda_bytes)))
-st.subheader("As vLLM will log it")
-lines = sheet_lines(sheet)
-st.table({"step": [x.step for x in lines], "value": [x.value for x in lines],
-          "vLLM source": [x.source for x in lines]})
-if block_note:
-    st.caption(block_note + ".")
-if failure := sheet.failure():
-    st.error(f"vLLM would stop here: {failure}", icon=":material/block:")
-st.markdown("The start-up lines vLLM prints for these settings (compare them with a real log "
-            "on the *Inspect a real engine* page):")
-st.code("\n".join(log_lines(sheet)), language="text")
+with held_back(shown, "the capacity sheets", key="calc_sheets"):
+    left, right = st.columns([2, 3])
+    with left:
+        st.subheader("The guide's formula")
+        plain_rows = [
+            ("card memory (the driver's total)", format_bytes(plain.gpu_bytes)),
+            (f"× gpu_memory_utilization {utilization:g}", format_bytes(plain.usable_bytes)),
+            (f"− weights ({weight_dtype}, / tp {tp})", format_bytes(plain.weight_bytes)),
+            ("− non-KV reserve", format_bytes(plain.reserve_bytes)),
+            ("= KV budget", format_bytes(max(plain.kv_budget_bytes, 0))),
+            (f"÷ block bytes ({block_size} slots × all layers)", format_bytes(plain.block_bytes)),
+            ("= KV blocks in the pool", f"{plain.num_blocks:,}"),
+            ("= tokens the pool holds", f"{plain.num_tokens:,}"),
+            (f"blocks one {context:,}-token sequence needs", f"{plain.seq_blocks:,.1f}"),
+            (f"maximum concurrency for {context:,} tokens", f"{plain.max_concurrency:,.2f}x"),
+        ]
+        st.table({"step": [r[0] for r in plain_rows], "value": [r[1] for r in plain_rows]})
+    with right:
+        st.subheader("Where vLLM's computation parts from it")
+        bullets(differences(layout, plain, sheet, block_size,
+                            default_max_num_seqs(gpu_name, cuda_bytes)))
+    st.subheader("As vLLM will log it")
+    lines = sheet_lines(sheet)
+    st.table({"step": [x.step for x in lines], "value": [x.value for x in lines],
+              "vLLM source": [x.source for x in lines]})
+    if block_note:
+        st.caption(block_note + ".")
+    if failure := sheet.failure():
+        st.error(f"vLLM would stop here: {failure}", icon=":material/block:")
+    st.markdown("The start-up lines vLLM prints for these settings (compare them with a real log "
+                "on the *Inspect a real engine* page):")
+    st.code("\n".join(log_lines(sheet)), language="text")
 
 if plain.kv_budget_bytes <= 0:
     enough = fitting_tp(spec, weight_dtype, plain.usable_bytes, reserve, TP_CHOICES)
@@ -380,9 +387,10 @@ else:
 chart = choice_param("Chart", "chart", ["KV memory vs context", "Weights vs KV cache",
                                          "KV dtype"], default="KV memory vs context",
                      widget="segmented")
-if chart == "KV memory vs context":
-    show_figure(kv_vs_context_figure(layout, batch, context, plain.kv_budget_bytes), "calc_ctx")
-elif chart == "Weights vs KV cache":
-    show_figure(memory_split_figure(plain, seq_bytes * batch), "calc_split")
-else:
-    show_figure(kv_dtype_figure(layout, context, batch), "calc_dtype")
+with held_back(shown, "the chart", key="calc_chart"):
+    if chart == "KV memory vs context":
+        show_figure(kv_vs_context_figure(layout, batch, context, plain.kv_budget_bytes), "calc_ctx")
+    elif chart == "Weights vs KV cache":
+        show_figure(memory_split_figure(plain, seq_bytes * batch), "calc_split")
+    else:
+        show_figure(kv_dtype_figure(layout, context, batch), "calc_dtype")

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from lab.figures.groups import blocks_held, group_pool, group_tables, legend_markdown
+from lab.figures.lesson import StepView
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.mixed_attention import (
     GROUP_LABELS,
@@ -15,7 +16,15 @@ from ui.chapters import chapter_strip, next_page
 from ui.kernel_badge import kernel_badge
 from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
 from ui.predict import Question, gate, held_back
-from ui.scenario import export_trace, frames, live_badge, live_measured, or_stop
+from ui.scenario import (
+    export_lesson,
+    export_trace,
+    frames,
+    lesson_question,
+    live_badge,
+    live_measured,
+    or_stop,
+)
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
 from ui.step_controls import step_controls
@@ -67,11 +76,13 @@ a, _, c = story.requests
 probe = min(a.output_len, 5)  # A's fifth decode, or its last
 probe_step, probe_pos = a.arrival + probe, a.prompt_len + probe - 1
 c_arrival = all_frames[c.arrival].arrivals[0]
+hit_sizes = ", ".join(str(h) for h in range(0, c_arrival.group_hits[0] + 1, block_size))
 QUESTIONS = [
     (Question("mx_window",
-              f"The sliding window is {window} tokens and the block size {block_size}. When A "
-              f"decodes position {probe_pos} (it then has {probe_pos + 1} tokens), how many "
-              "physical blocks does it hold in the sliding-window group?",
+              f"The sliding window is {window} tokens (a token attends to itself and the "
+              f"{window - 1} before it) and the block size {block_size}. When A decodes position "
+              f"{probe_pos} (it then has {probe_pos + 1} tokens), how many physical blocks does "
+              "it hold in the sliding-window group?",
               answer=next(r for r in all_frames[probe_step].requests if r.name == "A").held[1],
               explanation=f"Only the blocks holding positions {max(probe_pos - window + 1, 0)}"
                           f"–{probe_pos} (the window) are held; the positions before it are the "
@@ -83,9 +94,12 @@ QUESTIONS = [
     (Question("mx_hit",
               f"C's {c.prompt_len}-token prompt starts with the same {system_len}-token system "
               f"prompt as A and B. The full-attention group alone would find "
-              f"{c_arrival.group_hits[0]} of its tokens cached. The sliding-window group looks "
-              "for its own cached blocks (a grey tile names the group that cached it and the "
-              "positions it holds). How many prompt tokens will the prefix cache serve C?",
+              f"{c_arrival.group_hits[0]} of its tokens cached. A hit of *h* tokens also needs "
+              "the sliding-window group's own cached blocks for the window before position "
+              f"*h* (positions *h* − {window - 1} to *h* − 1); a grey tile in the pool names "
+              "the group that cached it and the positions it holds. A hit is whole blocks "
+              f"({hit_sizes}) that every group can serve. How many prompt tokens will the "
+              "prefix cache serve C?",
               answer=c_arrival.hit_tokens,
               explanation="Each group looks on its own: full attention from the left, the "
                           "sliding window from the right, needing only the blocks of the window "
@@ -93,6 +107,28 @@ QUESTIONS = [
                           "so it is the shortest of them.", context=story),
      c.arrival),
 ]
+WINDOW_QUESTION = QUESTIONS[0][0]
+IDLE = "No request in the pool: no attention to check."
+
+
+def step_view(step: int) -> StepView:
+    """What a step shows: on this page and in its lesson."""
+    frame = all_frames[step]
+    held = [sum(b.state == "used" and b.group == g for b in frame.blocks)
+            for g in range(len(GROUP_LABELS))]
+    changed = sorted({b for ch in frame.changes.values() for g in ch for b in g.new}
+                     | {b for ch in frame.changes.values() for g in ch for _, b in g.nulled}
+                     | {b for arr in frame.arrivals for g in arr.changes for b in g.new}
+                     | {b for b, _, _ in frame.evicted})
+    nulls = sum(b < 0 for r in frame.requests for t in r.tables for b in t)
+    return StepView(
+        {"tables": group_tables(frame),
+         "pool": group_pool(frame, changed),
+         "held": blocks_held(all_frames, step, [r.name for r in story.requests], GROUP_LABELS)},
+        story.caption(frame),
+        {"Blocks in use": f"{num_blocks - frame.num_free} / {num_blocks}",
+         "Full-attention blocks": str(held[0]), "Sliding-window blocks": str(held[1]),
+         "Null entries": str(nulls)})
 
 
 def real_model_groups() -> None:
@@ -119,35 +155,39 @@ def real_model_groups() -> None:
 
 
 def show_step(step: int) -> None:
-    frame = all_frames[step]
+    frame, view = all_frames[step], step_view(step)
+    asked_here = st.container()  # right under the controls, in classroom mode too
     parts = step_parts()
     questions = gate(QUESTIONS, step)
     hidden = questions.hold
+    window_open = not WINDOW_QUESTION.answered  # the steady count below would answer it
+    with asked_here:
+        # Asked before the step that answers it; one open question at a time (a second
+        # waits for the first's answer), so the controls and the figure stay in view.
+        first_open = next((q for q in questions.due if not q.answered), None)
+        for question in questions.due:
+            if question.answered or question is first_open:
+                question.ask()
     with parts.caption:
-        for question in questions.due:  # asked right here, before the step that answers it
-            question.ask()
         with held_back(not hidden, "what this step did", key="mx_caption"):
-            step_caption(step, story.caption(frame), held=hidden)
-    held = [sum(b.state == "used" and b.group == g for b in frame.blocks)
-            for g in range(len(GROUP_LABELS))]
+            step_caption(step, list(view.caption), held=hidden)
+    tips = {"Full-attention blocks": "Physical blocks in use in the full-attention group (a "
+                                     "block two requests share counts once).",
+            "Sliding-window blocks": "Physical blocks in use in the sliding-window group"
+                                     + ("." if window_open else
+                                        ". Per request at most ⌈(window − 1) / block size⌉ + "
+                                        f"1 = {story.steady_window_blocks()} once its window "
+                                        "has moved on."),
+            "Null entries": "Block-table positions out of the window: no block held there."}
     with parts.before:
         with held_back(not hidden, "the counters", key="mx_counters"):
-            m1, m2, m3, m4 = st.columns(4)
-            m1.metric("Blocks in use", f"{num_blocks - frame.num_free} / {num_blocks}")
-            m2.metric("Full-attention blocks", held[0],
-                      help="Physical blocks in use in the full-attention group (a block two "
-                           "requests share counts once).")
-            m3.metric("Sliding-window blocks", held[1],
-                      help="Physical blocks in use in the sliding-window group. Per request at "
-                           "most ⌈(window − 1) / block size⌉ + 1 = "
-                           f"{story.steady_window_blocks()} once its window has moved on.")
-            m4.metric("Null entries", sum(b < 0 for r in frame.requests for t in r.tables
-                                          for b in t),
-                      help="Block-table positions out of the window: no block held there.")
+            for column, (label, value) in zip(st.columns(4), view.counters.items(),
+                                              strict=True):
+                column.metric(label, value, help=tips.get(label))
         if frame.requests:
             st.caption("The kernel against dense attention, both groups' layers together, "
                        "then each:")
-        live_badge(story, step, last, idle="No request in the pool: no attention to check.")
+        live_badge(story, step, last, idle=IDLE)
         per_group = live_measured(story, step) if frame.requests else None
         if per_group:
             for col, (label, check) in zip(st.columns(len(per_group)), per_group):
@@ -159,30 +199,27 @@ def show_step(step: int) -> None:
                         st.caption("Not checked: this build's kernel takes no sliding window.")
                     else:
                         kernel_badge(check)
-    changed = sorted({b for ch in frame.changes.values() for g in ch for b in g.new}
-                     | {b for ch in frame.changes.values() for g in ch for _, b in g.nulled}
-                     | {b for arr in frame.arrivals for g in arr.changes for b in g.new}
-                     | {b for b, _, _ in frame.evicted})
     with parts.main, held_back(not hidden, "the block tables", key="mx_tables"):
-        show_figure(group_tables(frame), key="mixed_tables", file_name="block_tables_per_group",
-                    main=True)
+        show_figure(view.figures["tables"], key="mixed_tables",
+                    file_name="block_tables_per_group", main=True)
     with parts.after:
         with held_back(not hidden, "the pool", key="mx_pool"):
             st.markdown(legend_markdown(frame), unsafe_allow_html=True)
-            show_figure(group_pool(frame, changed), key="mixed_pool", file_name="kv_pool")
-            show_figure(blocks_held(all_frames, step, [r.name for r in story.requests],
-                                    GROUP_LABELS), key="mixed_held", file_name="blocks_held")
-        explain(
-            "**Why does the sliding window level off?** Token *p* attends to positions "
-            f"*p* − {window - 1} to *p*. Before each new token gets its slot, every block wholly "
-            "before that range is replaced by the null block and freed, so a request holds at "
-            f"most ⌈({window} − 1) / {block_size}⌉ + 1 = {story.steady_window_blocks()} blocks "
-            "in that group however long it grows, while the full-attention group holds "
-            "⌈tokens / block size⌉. With gpt-oss's window of 128 over blocks of 16, a request "
-            "holds at most 9 blocks in the sliding-window group, against 256 in the "
-            "full-attention group at 4,096 tokens. A "
-            "freed block keeps its hash: it stays findable in the prefix cache until the pool "
-            "hands it out again (evicted).", title="Why the sliding window levels off")
+            show_figure(view.figures["pool"], key="mixed_pool", file_name="kv_pool")
+            show_figure(view.figures["held"], key="mixed_held", file_name="blocks_held")
+        with held_back(not window_open, "why the window levels off", key="mx_why"):
+            explain(
+                "**Why does the sliding window level off?** Token *p* attends to positions "
+                f"*p* − {window - 1} to *p*. Before each new token gets its slot, every block "
+                "wholly before that range is replaced by the null block and freed, so a request "
+                f"holds at most ⌈({window} − 1) / {block_size}⌉ + 1 = "
+                f"{story.steady_window_blocks()} blocks in that group however long it grows, "
+                "while the full-attention group holds ⌈tokens / block size⌉. With gpt-oss's "
+                "window of 128 over blocks of 16, a request holds at most 9 blocks in the "
+                "sliding-window group, against 256 in the full-attention group at 4,096 "
+                "tokens. A freed block keeps its hash: it stays findable in the prefix cache "
+                "until the pool hands it out again (evicted).",
+                title="Why the sliding window levels off")
         explain(
             "**How is a prefix hit found with two groups?** Each group has its own cached "
             "blocks (a block is cached under its hash *and* its group). Full attention searches "
@@ -195,8 +232,13 @@ def show_step(step: int) -> None:
             "against traces recorded from it.", title="The prefix hit with two groups")
         real_model_groups()
         export_trace(story, step)
-        for question in questions.later:  # the others wait at the end of the page
-            question.ask()
+        export_lesson(story, step_view, last, idle=IDLE, questions=lambda: [
+            lesson_question(question, reveal, until=reveal) for question, reveal in QUESTIONS])
+        # A question not due yet waits at the end of the page; once the step that answers it
+        # has passed, it is closed (asked once per story and setting).
+        for question, reveal in QUESTIONS:
+            if question in questions.later and step < reveal:
+                question.ask()
         next_page(step == last)
 
 

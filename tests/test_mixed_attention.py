@@ -9,19 +9,23 @@ when A leaves.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 
 from lab.memory.block_table import blocks_for
-from lab.memory.kv_cache_groups import NULL_BLOCK
+from lab.memory.kv_cache_groups import NULL_BLOCK, ChunkedLocal, FullAttention, SlidingWindow
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.mixed_attention import (
     MixedAttentionStory,
     MixedParams,
     PoolTooSmall,
+    event_steps,
     mixed_requests,
 )
+from lab.serving.scheduler import Scheduler
+from tests.scheduler_helpers import config, llama_h100, specs
 
 FULL, WINDOW = 0, 1
 
@@ -182,3 +186,73 @@ def test_requests_share_the_system_prompt_and_the_trace_replays() -> None:
     trace = json.loads(MixedAttentionStory(MixedParams(), 0).trace(3))
     assert trace["meta"]["page"] == "mixed_attention"
     assert {e["kind"] for e in trace["paged"]} >= {"allocate", "free", "hit", "cache"}
+
+
+@pytest.mark.parametrize("groups", [(FullAttention(), SlidingWindow(8)),
+                                    (FullAttention(), SlidingWindow(6), ChunkedLocal(8))])
+def test_the_schedulers_decisions_count_every_groups_blocks(groups) -> None:
+    """The scheduler on several KV cache groups (GroupedBackend), explain on: each decision
+    line's block counts are the blocks the backend really gave, summed over the groups."""
+    cfg = config(num_blocks=60, block_size=4, max_num_batched_tokens=16,
+                 enable_prefix_caching=True, kv_cache_groups=groups)
+    sched = Scheduler(specs((20, 6), (30, 4), (20, 3)), cfg, llama_h100(), detail=True)
+    caps = sched.backend.kv_cache.admission_caps
+    checked = 0
+    while (record := sched.step()) is not None:
+        entries = {e.req_id: e for e in sched.detail.scheduled}
+        for line in record.decisions:
+            req_id = int(re.match(r"request (\d+)", line).group(1))
+            entry = entries.get(req_id)
+            if " admitted: " in line:
+                # new: the whole tables after admission (hit, null entries, new blocks)
+                held = sum(len(t) - t.count(NULL_BLOCK) for t in entry.new_blocks)
+                length = int(re.search(r"admitted: (\d+) tokens", line).group(1))
+                whole = sum(min(blocks_for(length, 4), cap or blocks_for(length, 4))
+                            for cap in caps)
+                assert f"whole sequence ({whole} blocks over its {len(groups)} KV cache groups)" \
+                    in line, line
+                assert f"it holds {held} blocks now" in line, line
+                checked += 1
+            elif "next prefill chunk" in line:
+                more = sum(map(len, entry.new_blocks))
+                said = re.search(r"(\d+) blocks? more", line)
+                assert (int(said.group(1)) if said else 0) == more, (line, entry.new_blocks)
+                checked += 1
+    assert checked >= 5
+
+
+def test_group_blocks_has_one_definition() -> None:
+    from lab.memory import cache_manager, hybrid_cache_manager
+    assert hybrid_cache_manager.GroupBlocks is cache_manager.GroupBlocks
+
+
+def test_event_steps_name_the_notable_steps(frames) -> None:
+    events = dict(event_steps(frames))
+    assert list(events) == sorted(events)
+    # The default walk (worked by hand above): A's window frees 5, 6, 7 at step 2 and 8 at
+    # step 5; B leaves at step 10; C's hit shrinks to 0 when A leaves at step 12; C at 19.
+    assert "blocks 5, 6, 7 left the sliding window" in events[2]
+    assert "block 8 left" in events[5]
+    assert "B finishes: 6 blocks back to the pool" in events[10]  # A shares 0-3
+    assert "C's prefix hit shrinks to 0 tokens" in events[12] and "A finishes" in events[12]
+    assert "C finishes" in events[19]
+    for step in (1, 3, 6, 7, 11):  # arrivals with a full hit, decodes inside held blocks
+        assert step not in events
+    # Every step where a block turns null or a request leaves is listed.
+    for frame in frames:
+        busy = frame.left or any(c.nulled for ch in frame.changes.values() for c in ch)
+        assert bool(busy) <= (frame.step in events)
+
+
+def test_a_leaving_request_gives_back_only_the_blocks_no_one_else_holds(frames) -> None:
+    story = MixedAttentionStory(MixedParams(), 0)
+    # Step 10: B leaves; the system prompt's full-attention blocks 0-3 are A's too.
+    assert frames[10].kept == {"B": (0, 1, 2, 3)}
+    left = story.caption(frames[10])[0]
+    assert "physical blocks 12, 14, 6, 13, 15, 5 go back to the pool" in left
+    assert "Blocks 0, 1, 2, 3 stay in use: A still holds them" in left
+    # Step 12: A leaves alone with its blocks; C takes some back at once, from the pool.
+    assert frames[12].kept == {"A": ()}
+    assert "stay in use" not in story.caption(frames[12])[0]
+    end = story.caption(frames[-1])[-1]
+    assert "all 18 physical blocks are back in the pool" in end and "still cached" in end

@@ -262,3 +262,35 @@ def test_pasted_family_configs_show_their_terms() -> None:
         40, 96)
     assert "caches K and V for all 40 heads" in messages(at, "markdown")
     assert "952{,}320" in latex(at)
+
+
+def asked(at: AppTest) -> bool:
+    return any("How many bytes of KV cache does one token take" in m.value for m in at.markdown)
+
+
+def test_the_question_is_asked_once_per_visit_and_then_holds_nothing_back() -> None:
+    at = run_page()
+    assert asked(at) and "The sizes held back" in messages(at, "caption")
+    at.number_input(key="calc_bytes_guess").set_value(131_072)
+    at.button(key="calc_bytes_check").click().run()
+    assert at.success[0].value.startswith("Right: **131,072**")
+    score = messages(at, "caption")
+    assert "Your score: 1 of 1 on this page" in score
+    # A preset, another dtype, a pasted config: no question, no verdict, nothing held back.
+    at.selectbox(key="model").set_value("Qwen2.5-7B").run()
+    assert not asked(at) and not at.success and "held back" not in messages(at, "caption")
+    assert at.number_input(key="layers").value == 28  # the preset filled the fields
+    at.selectbox(key="kv_dtype").set_value("fp8").run()
+    assert not asked(at) and "held back" not in messages(at, "caption")
+    paste(at, "falcon-7b.json")
+    assert not asked(at) and "held back" not in messages(at, "caption")
+    assert at.selectbox(key="model").value == "Custom"  # the fields are the config's now
+    assert not at.exception
+
+
+def test_just_show_me_also_ends_the_question_for_the_visit() -> None:
+    at = run_page()
+    at.button(key="calc_bytes_show").click().run()
+    assert at.info[0].value.startswith("The engine says **131,072**")
+    at.selectbox(key="model").set_value("Mistral-7B-v0.1").run()
+    assert not asked(at) and not at.info and "held back" not in messages(at, "caption")

@@ -41,11 +41,13 @@ def test_steps_follow_the_engine(open_page) -> None:
 def test_the_hit_question_holds_back_its_answer(open_page) -> None:
     at = open_page(step="12")  # C arrives: its hit is the question
     assert not at.exception
+    # The window question (due at step 6) is still open: asked first, the hit question waits.
+    assert not any("How many prompt tokens" in m.value for m in at.markdown)
+    at.button(key="mx_window_show").click().run()
     asked = [m.value for m in at.markdown if "How many prompt tokens" in m.value]
     assert asked and "alone would find 16" in asked[0]
     assert any("held back" in c.value for c in at.caption)  # caption, counters, figures
     at.button(key="mx_hit_show").click().run()
-    at.button(key="mx_window_show").click().run()  # asked at step 6, still open
     assert not any("held back" in c.value for c in at.caption)
     shown = " ".join(m.value for m in at.markdown)
     assert "the sliding window only 0" in shown and "**0 tokens**" in shown
@@ -76,3 +78,50 @@ def test_pool_too_small_shows_a_message(open_page) -> None:
     assert not at.exception
     assert "pool's 8" in at.error[0].value
     assert not figures(at)
+
+
+def test_the_window_explanation_waits_for_the_window_question(open_page) -> None:
+    """The explanation and a counter's help give the steady window count (the window
+    question's answer): held back until it is answered."""
+    at = open_page()
+    assert any("Why the window levels off held back" in c.value for c in at.caption)
+    tip = next(m for m in at.metric if m.label == "Sliding-window blocks").help
+    assert "at most" not in tip
+    at.button(key="mx_window_show").click().run()  # waiting at the end of the page
+    assert not any("held back" in c.value for c in at.caption)
+    tip = next(m for m in at.metric if m.label == "Sliding-window blocks").help
+    assert "at most ⌈(window − 1) / block size⌉ + 1 = 3" in tip
+    assert any(m.value.startswith("**Why does the sliding window level off?**")
+               for m in at.markdown)
+
+
+def test_an_answered_question_closes_after_the_step_that_answers_it(open_page) -> None:
+    def asked(at) -> bool:
+        return any("sliding-window group?" in m.value for m in at.markdown)
+
+    at = open_page(step="5")  # due: A's fifth decode is step 6
+    assert asked(at)
+    at.button(key="mx_window_show").click().run()
+    assert any("The engine says **3**" in i.value for i in at.info)
+    at.button(key="step_forward").click().run()  # step 6 shows the answer, and the verdict
+    assert asked(at) and not any("held back" in c.value for c in at.caption)
+    at.button(key="step_forward").click().run()  # step 7: closed
+    assert not asked(at) and not at.exception
+    at.slider(key="step").set_value(12).run()  # the hit question is due; nothing else
+    assert not asked(at)
+    assert any("How many prompt tokens" in m.value for m in at.markdown)
+
+
+def test_the_hit_question_names_what_the_window_group_needs(open_page) -> None:
+    at = open_page(step="11")
+    at.button(key="mx_window_show").click().run()  # the first question, still open
+    asked = next(m.value for m in at.markdown if "How many prompt tokens" in m.value)
+    assert "positions *h* − 7 to *h* − 1" in asked and "(0, 4, 8, 12, 16)" in asked
+
+
+def test_the_lesson_downloads(open_page) -> None:
+    at = open_page()
+    at.button(key="mixed_attention_lesson_build").click().run(timeout=600)
+    assert not at.exception and not at.warning
+    assert [b for b in at.get("download_button")
+            if b.proto.label.startswith("Save the lesson")]

@@ -19,11 +19,10 @@ from collections.abc import Sequence
 
 from lab.memory.block_pool import BlockHash, BlockPool
 from lab.memory.block_table import blocks_for
+from lab.memory.cache_manager import GroupBlocks
 from lab.memory.events import EventLog
 from lab.memory.kv_cache_groups import NULL_BLOCK, CachedAt, FullAttention, GroupSpec, group_spec
 from lab.memory.prefix_cache import HashFn, block_hash, chain, hash_block
-
-GroupBlocks = tuple[list[int], ...]  # block ids per KV cache group; NULL_BLOCK = not held
 
 
 def group_hash(h: BlockHash, group: int) -> BlockHash:

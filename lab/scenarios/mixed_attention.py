@@ -18,6 +18,7 @@ is scheduled: arrivals are fixed, and a pool too small for them is refused.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -35,6 +36,7 @@ from lab.scenarios.mixed_frames import (
     MixedFrame,
     RequestView,
     caption,
+    returned,
 )
 from lab.scenarios.story import LiveRun, Story
 from lab.serving.synthetic_kv import VOCAB, SyntheticKV
@@ -128,7 +130,7 @@ class MixedPlay:
         m = self.manager
         m.events.step = self.step
         mark = len(m.events)
-        decoded, changes, left, arrivals = {}, {}, {}, []
+        decoded, changes, left, kept, arrivals = {}, {}, {}, {}, []
         for r in self.requests:
             if r.name not in self.written:
                 continue
@@ -136,6 +138,8 @@ class MixedPlay:
                 left[r.name] = tuple(b for t in m.block_tables(self.ids[r.name]) for b in t
                                      if b != NULL_BLOCK)
                 m.free(self.ids[r.name])
+                refs = m.blocks.ref_counts
+                kept[r.name] = tuple(b for b in left[r.name] if refs[b])  # shared: still held
                 del self.written[r.name]
             elif self.step <= r.last_decode:
                 pos = r.prompt_len + self.step - r.arrival - 1
@@ -157,7 +161,7 @@ class MixedPlay:
                     if b != NULL_BLOCK:
                         self.where[b] = (g, i * self.params.pool.block_size)
         return MixedFrame(self.step, self.params.pool.block_size, views, self._blocks(views),
-                          decoded, tuple(arrivals), changes, left, evicted, m.num_free)
+                          decoded, tuple(arrivals), changes, left, evicted, m.num_free, kept)
 
     def _allocate(self, r: Request, start: int, num_new: int,
                   hit: tuple[list[int], ...] | None = None) -> tuple[GroupChange, ...]:
@@ -278,3 +282,36 @@ class MixedAttentionStory(Story[MixedFrame]):
     def caption(self, frame: MixedFrame) -> list[str]:
         return caption(frame, self.config.pool.num_blocks, self.config.pool.block_size,
                        self.config.window, GROUP_LABELS)
+
+
+def event_steps(frames: Sequence[MixedFrame]) -> list[tuple[int, str]]:
+    """The steps where something notable happens, each with a short label, in step order:
+    blocks turn null and go back to the pool, a prefix hit shrinks to what every group
+    serves, a request finishes (leaves, its blocks back in the pool)."""
+    events = []
+    for frame in frames:
+        said = []
+        nulled = {name: [b for change in changes for _, b in change.nulled]
+                  for name, changes in frame.changes.items()}
+        for arrival in frame.arrivals:
+            nulled.setdefault(arrival.name, []).extend(
+                b for change in arrival.changes for _, b in change.nulled)
+        for name, blocks in nulled.items():
+            if blocks:
+                said.append(f"{name}: {_block_list(blocks)} left the sliding window, the null "
+                            "block in its table, back to the pool")
+        for arrival in frame.arrivals:
+            if arrival.hit_tokens < max(arrival.group_hits):
+                said.append(f"{arrival.name}'s prefix hit shrinks to {arrival.hit_tokens} "
+                            f"tokens (full attention alone: {arrival.group_hits[0]})")
+        for name in frame.left:
+            freed, _ = returned(frame, name)
+            said.append(f"{name} finishes: {len(freed)} blocks back to the pool")
+        if said:
+            events.append((frame.step, "; ".join(said)))
+    return events
+
+
+def _block_list(blocks: list[int]) -> str:
+    return (f"block {blocks[0]}" if len(blocks) == 1
+            else "blocks " + ", ".join(map(str, blocks)))

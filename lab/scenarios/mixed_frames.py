@@ -3,7 +3,7 @@ caption in the guide's words: KV cache group, sliding window, null block."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lab.memory.kv_cache_groups import NULL_BLOCK
 
@@ -64,6 +64,8 @@ class MixedFrame:
     left: dict[str, tuple[int, ...]]  # request -> the blocks it gave back when it left
     evicted: tuple[tuple[int, int, int], ...]  # (block, group, first position) of cached K/V
     num_free: int
+    # request -> the blocks it gave back that another request still held (shared, not freed)
+    kept: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 def _span(first: int, last: int, what: str) -> str:
@@ -85,8 +87,8 @@ def _group_work(changes: tuple[GroupChange, ...], labels: tuple[str, ...], bs: i
         bits = []
         if change.new:
             n = len(change.new)
-            bits.append(f"{_plural(n, 'block', 'blocks')} {_ids(change.new)} "
-                        f"{_plural(n, 'is', 'are')} new")
+            bits.append(f"its block table takes physical {_plural(n, 'block', 'blocks')} "
+                        f"{_ids(change.new)}")
         if change.nulled:
             logical = [i for i, _ in change.nulled]
             lo, hi, n = min(logical), max(logical), len(logical)
@@ -95,8 +97,8 @@ def _group_work(changes: tuple[GroupChange, ...], labels: tuple[str, ...], bs: i
             freed = _ids([b for _, b in change.nulled])
             bits.append(f"{span} ({positions}) {_plural(n, 'leaves', 'leave')} the window: "
                         f"{_plural(n, 'it becomes', 'each becomes')} the null block, and "
-                        f"{_plural(n, 'block', 'blocks')} {freed} {_plural(n, 'goes', 'go')} "
-                        "back to the pool")
+                        f"physical {_plural(n, 'block', 'blocks')} {freed} "
+                        f"{_plural(n, 'goes', 'go')} back to the pool")
         if bits:
             parts.append(f"{label.capitalize()}: {'; '.join(bits)}.")
     return " ".join(parts)
@@ -127,9 +129,9 @@ def _arrival(a: Arrival, bs: int, window: int, labels: tuple[str, ...]) -> list[
                      f"{_span(0, nulls * bs - 1, 'position')}.")
         if a.from_free:
             n = len(a.from_free)
-            line += (f" {_plural(n, 'Block', 'Blocks')} {_ids(a.from_free)} "
-                     f"{_plural(n, 'was', 'were')} free but still cached: "
-                     f"{_plural(n, 'it comes', 'they come')} back from the free queue.")
+            line += (f" Physical {_plural(n, 'block', 'blocks')} {_ids(a.from_free)} "
+                     f"{_plural(n, 'was', 'were')} free in the pool but still cached: "
+                     f"{_plural(n, 'it is', 'they are')} taken back, not computed again.")
         lines.append(line)
     else:
         lines.append("Nothing of it is in the prefix cache yet.")
@@ -141,6 +143,12 @@ def _arrival(a: Arrival, bs: int, window: int, labels: tuple[str, ...]) -> list[
     return lines
 
 
+def returned(frame: MixedFrame, name: str) -> tuple[list[int], list[int]]:
+    """A leaving request's blocks: (back in the pool, still held by another request)."""
+    kept = frame.kept.get(name, ())
+    return [b for b in frame.left[name] if b not in kept], list(kept)
+
+
 def caption(frame: MixedFrame, num_blocks: int, bs: int, window: int,
             labels: tuple[str, ...]) -> list[str]:
     """What happened at this step, one sentence per request that did something."""
@@ -148,9 +156,21 @@ def caption(frame: MixedFrame, num_blocks: int, bs: int, window: int,
         return [f"The pool is empty: {num_blocks} free blocks of {bs} slots, one pool for both "
                 "KV cache groups. Press Step: request A arrives."]
     lines = []
-    for name, blocks in frame.left.items():
-        lines.append(f"**{name}** has left: its {len(blocks)} blocks ({_ids(blocks)}) go back "
-                     "to the pool; the full ones keep their hash (cached) for a later prompt.")
+    for name in frame.left:
+        freed, shared = returned(frame, name)
+        line = (f"**{name}** has finished and left: its physical "
+                f"{_plural(len(freed), 'block', 'blocks')} {_ids(freed)} "
+                f"{_plural(len(freed), 'goes', 'go')} back to the pool; the full ones stay "
+                "cached (they keep their hash) until the pool hands them out again.")
+        if shared:
+            holders = sorted({h for b in frame.blocks if b.block_id in shared for h in b.holders
+                              if h not in frame.left})
+            line += (f" {_plural(len(shared), 'Block', 'Blocks')} {_ids(shared)} "
+                     f"{_plural(len(shared), 'stays', 'stay')} in use: "
+                     f"{' and '.join(holders)} still {_plural(len(holders), 'holds', 'hold')} "
+                     f"{_plural(len(shared), 'it', 'them')} (a shared block goes back only "
+                     "when its last holder leaves).")
+        lines.append(line)
     for name, pos in frame.decoded.items():
         work = _group_work(frame.changes[name], labels, bs)
         lines.append(f"**{name}** decodes position {pos}. "
@@ -164,7 +184,10 @@ def caption(frame: MixedFrame, num_blocks: int, bs: int, window: int,
             if (blocks := [b for b, group, _ in frame.evicted if group == g]))
         which = _plural(n, "A free but cached block was", f"{n} free but cached blocks were")
         lines.append(f"{which} handed out again, so {_plural(n, 'its', 'their')} cached K/V "
-                     f"is evicted ({per_group}).")
+                     f"is overwritten: evicted from the prefix cache ({per_group}).")
     if not frame.requests:
-        lines.append(f"Every request has finished: all {num_blocks} blocks are free again.")
+        cached = sum(b.state == "cached" for b in frame.blocks)
+        lines.append(f"Every request has finished: all {num_blocks} physical blocks are back in "
+                     "the pool, free" + (f"; {cached} of them still cached, their K/V kept "
+                     "for a later prompt that starts the same way." if cached else "."))
     return lines

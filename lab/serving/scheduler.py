@@ -209,11 +209,13 @@ class Scheduler:
             before = preempted
             while alive[row]:
                 req, computed = t.reqs[row], int(t.computed[row])
+                taken = self.backend.taken
                 cap = self.backend.grow(req, computed, int(alloc[row]))
                 if cap is not None:
                     if self.cfg.explain and computed < req.length - 1:
+                        new = self.backend.taken - taken if bs else 0  # over every group
                         self._say(grown_line(req.req_id, computed, int(alloc[row]),
-                                             req.length, cap, t.cap[row], bs))
+                                             req.length, new))
                     t.cap[row] = cap
                     break
                 victim = self._victim(order, alive)
@@ -309,7 +311,7 @@ class Scheduler:
                 if req.num_preemptions:
                     self.readmit_hit_tokens += hit
                 if cfg.explain:
-                    self._say(admitted_line(req, hit, n, cap, self.v1, self.backend.block_size))
+                    self._say(admitted_line(req, hit, n, cap, self.v1, self.backend))
             else:
                 break
             req.state, req.order = S.RUNNING, self._order

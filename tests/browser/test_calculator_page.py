@@ -40,3 +40,40 @@ def test_real_configs_pasted(page, app_url: str, tmp_path: Path, file: str, quer
     assert exceptions(page) == []
     for text in shown:
         assert page.get_by_text(text, exact=False).count() >= 1, text
+
+
+def pick_preset(page, name: str) -> None:
+    page.locator(".st-key-model input").click()
+    page.keyboard.type(name)
+    page.keyboard.press("Enter")
+    wait_settled(page)
+
+
+def test_the_question_once_then_preset_changes_and_pastes_hold_nothing_back(
+        page, app_url: str, tmp_path: Path) -> None:
+    """The issue's engineer: answers once, then changes the preset and pastes three configs;
+    the results stay readable, no question comes back, and the score stays."""
+    open_page(page, f"{app_url}/calculator")
+    held = page.locator("[class*='st-key-lab_held_calc_']")
+    assert held.count() >= 3  # sizes, their table, both sheets (and the chart) held back
+    guess = page.get_by_label("Your prediction")
+    guess.fill("131072")
+    guess.press("Enter")  # the form's submit: Check
+    wait_settled(page)
+    assert page.get_by_text("Right: 131,072").count() == 1
+    assert held.count() == 0
+    page.get_by_text("Read a Hugging Face config.json").first.click()
+    for step, action in enumerate([lambda: pick_preset(page, "Qwen2.5-7B"),
+                                   lambda: paste(page, "falcon-7b.json"),
+                                   lambda: paste(page, "gemma-3-27b-it.json"),
+                                   lambda: paste(page, "deepseek-v3.json")]):
+        action()
+        assert exceptions(page) == [], step
+        assert held.count() == 0, step
+        assert page.get_by_label("Your prediction").count() == 0, step  # not asked again
+        assert page.get_by_text("Right: 131,072").count() == 0, step  # the old verdict gone
+        assert page.get_by_text("per token, all layers").first.is_visible(), step
+    screenshot(page, tmp_path, "calculator_after_three_pastes")
+    pick_preset(page, "Llama-3.1-8B")  # the answered settings again: their verdict, same score
+    assert page.get_by_text("Right: 131,072").count() == 1
+    assert page.get_by_text("Your score: 1 of 1 on this page").count() == 1
