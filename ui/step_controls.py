@@ -107,7 +107,7 @@ def next_event(events: Sequence[tuple[int, str]], step: int) -> tuple[int, str] 
 
 def _buttons(key: str, step: int, last_step: int, playing: bool,
              events: Sequence[tuple[int, str]]) -> None:
-    widths = [1, 1, 1, 1, 2.6, 1.6] if events else [1, 1, 1, 1, 1.6]
+    widths = [1, 1, 1, 1, 3, 1.4] if events else [1, 1, 1, 1, 1.6]
     reset, back, forward, play, *jump, speed = st.columns(widths, vertical_alignment="bottom")
     reset.button("Reset", key=f"{key}_reset", icon=":material/first_page:", on_click=_move,
                  args=(key, -last_step, last_step), disabled=step == 0, shortcut="Home",

@@ -242,7 +242,7 @@ def event_steps(frames: tuple[WalkFrame, ...]) -> list[tuple[int, str]]:
         for e in frame.events:
             name = names.get(e.seq_id, "")
             if e.kind == "allocate" and name not in arrived:
-                events.append((frame.step, f"{name} takes a new block"))
+                events.append((frame.step, f"new block ({name})"))
         events += [(frame.step, f"{name} arrives") for name in sorted(arrived)]
         events += [(frame.step, f"{name} leaves") for name in sorted(frame.left.values())]
     return list(dict.fromkeys(events))
