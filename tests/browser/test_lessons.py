@@ -11,7 +11,8 @@ from tests.browser.harness import click_control, exceptions, open_page, wait_set
 pytestmark = pytest.mark.browser
 # Every numeric question: the page (at a step where it is asked) and its key.
 NUMERIC = [("block_tables?step=3", "bt_blocks"), ("block_tables?step=4", "bt_tail"),
-           ("fragmentation", "frag_peak"), ("copy_on_write", "cow_copies_parallel_n4_p30_t12_b16_k32_s0"),
+           ("fragmentation", "frag_peak"),
+           ("copy_on_write", "cow_copies_parallel_n4_p30_t12_b16_k32_s0"),
            ("prefix_cache?step=3", "prefix_hits"), ("calculator", "calc_bytes")]
 HELD = '[class*="st-key-lab_held_"]'
 
