@@ -312,10 +312,12 @@ def show_step(step: int) -> None:
             text = (f"Step {all_frames[at].record.index}: request {req_id}, preempted earlier, "
                     f"is re-admitted and finds its own block(s) {', '.join(map(str, blocks))} "
                     "still in the prefix cache: it recomputes only the rest.")
-            note, go = st.columns([4, 1], vertical_alignment="center")
-            note.info(text, icon=":material/replay:")
-            go.button("Go to that step", key="sched_go_own", disabled=step == at,
-                      on_click=set_param, args=("sched_step", at))
+            # It names a preempted request: not while a question asks which one.
+            with held_back(not questions.asking, "the re-admission ahead", key="sched_own"):
+                note, go = st.columns([4, 1], vertical_alignment="center")
+                note.info(text, icon=":material/replay:")
+                go.button("Go to that step", key="sched_go_own", disabled=step == at,
+                          on_click=set_param, args=("sched_step", at))
         elif cfg.allocator == "paged" and not cfg.enable_prefix_caching:
             st.caption("Turn prefix caching on (vLLM V1's default) to see a preempted request "
                        "re-admitted with a hit on its own blocks.")

@@ -100,7 +100,8 @@ moves = story.moves_of(all_frames, longest.req_id)
 growths = story.growths_of(all_frames, longest.req_id)
 grown = len(moves) + len(growths)
 # How often it grows is certain (its output reservation doubles until the output fits); where
-# it grows, in place or by moving, depends on its neighbours at that moment.
+# it grows, in place or by moving, depends on its neighbours at that moment. Asked before its
+# first growth, held back there; the verdict then names every growth to come.
 QUESTIONS = [(Question(
     "ue_growths",
     f"**R{longest.req_id}** has a {longest.prompt_len}-token prompt and will write "
@@ -115,7 +116,7 @@ QUESTIONS = [(Question(
                 "reservation, so a long request grows a few times, not once per token (a "
                 "preemption starts its reservation over). The paged server never moves it: it "
                 f"takes one more block every {BLOCK_SIZE} tokens.", context=story),
-    story.last_growth(all_frames, longest.req_id))]
+    story.first_growth(all_frames, longest.req_id))]
 EVENTS = event_steps(all_frames)
 
 

@@ -81,7 +81,7 @@ def test_the_question_holds_back_the_step_that_answers_it(open_page) -> None:
     story = UnknownEndingStory(EndingConfig(), 0)
     frames = story.frames()
     longest = story.longest()
-    reveal = story.last_growth(frames, longest.req_id)
+    reveal = story.first_growth(frames, longest.req_id)
     grown = len(story.moves_of(frames, longest.req_id)) + len(
         story.growths_of(frames, longest.req_id))
     assert grown >= 2  # the default guess makes the longest request grow more than once
@@ -100,7 +100,7 @@ def test_the_question_holds_back_the_step_that_answers_it(open_page) -> None:
 def test_a_question_past_its_step_is_closed_and_a_new_guess_asks_afresh(open_page) -> None:
     story = UnknownEndingStory(EndingConfig(), 0)
     frames = story.frames()
-    reveal = story.last_growth(frames, story.longest().req_id)
+    reveal = story.first_growth(frames, story.longest().req_id)
     at = open_page(step=str(reveal + 1))
     assert "ue_growths_guess" not in {w.key for w in at.number_input}  # closed, answer shown
     assert any("The engine says" in i.value for i in at.info)

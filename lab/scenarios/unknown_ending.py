@@ -133,11 +133,6 @@ class UnknownEndingStory(Story[EndingFrame]):
         does, the step it finishes): where the page starts to show how it grows."""
         return self._growth_steps(frames, req_id)[0]
 
-    def last_growth(self, frames: tuple[EndingFrame, ...], req_id: int) -> int:
-        """The last step the contiguous server grows or moves the request (or, if it never
-        does, the step it finishes): the step that completes its count of growths."""
-        return self._growth_steps(frames, req_id)[-1]
-
     def _growth_steps(self, frames: tuple[EndingFrame, ...], req_id: int) -> list[int]:
         grown = [f.step for f in frames
                  if any(g.req_id == req_id for g in (*f.logs["contiguous"].moves,

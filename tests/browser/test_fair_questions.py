@@ -31,7 +31,7 @@ def _ending_start() -> str:
     reach 200 tokens, and before that step nothing is asked."""
     story = UnknownEndingStory(EndingConfig(num_requests=2), 0)
     frames = story.frames()
-    return f"unknown_ending?requests=2&step={story.last_growth(frames, story.longest().req_id) - 2}"
+    return f"unknown_ending?requests=2&step={story.first_growth(frames, story.longest().req_id) - 2}"
 
 
 # (page and link, the step controls' key): each page's default story, shortened by its link
@@ -109,8 +109,9 @@ def test_no_open_question_has_its_answer_on_screen(page, app_url: str, path: str
 
 
 def test_the_admission_question_holds_back_the_queues_while_open(page, app_url: str) -> None:
-    """'Which request is preempted' is asked without the running list or the waiting queue on
-    screen; answered, they come back."""
+    """'Which request is preempted' is asked without the running list, the waiting queue or the
+    note on a later re-admission (it names a preempted request) on screen; answered, they come
+    back."""
     open_page(page, f"{app_url}/scheduler?step_requests=8&step_blocks=32")
     for _ in range(60):
         if any(k == "sched_victim" for k, _ in open_questions(page)):
@@ -121,6 +122,8 @@ def test_the_admission_question_holds_back_the_queues_while_open(page, app_url: 
         pytest.fail("no preemption question in 60 steps")
     assert page.locator(".st-key-lab_held_sched_queues").count() == 1
     assert not visible(page, ".st-key-lab_held_sched_queues [data-testid='stMarkdown']")
+    main = page.locator('[data-testid="stMain"]').inner_text()  # what can be read
+    assert "Running (" not in main and "preempted earlier" not in main
     page.locator(".st-key-sched_victim_show button").click()
     wait_settled(page)
     assert page.locator(".st-key-lab_held_sched_queues").count() == 0
