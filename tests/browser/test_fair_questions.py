@@ -31,7 +31,8 @@ def _ending_start() -> str:
     reach 200 tokens, and before that step nothing is asked."""
     story = UnknownEndingStory(EndingConfig(num_requests=2), 0)
     frames = story.frames()
-    return f"unknown_ending?requests=2&step={story.first_growth(frames, story.longest().req_id) - 2}"
+    asked = story.first_growth(frames, story.longest().req_id) - 1
+    return f"unknown_ending?requests=2&step={asked - 1}"
 
 
 # (page and link, the step controls' key): each page's default story, shortened by its link
