@@ -4,7 +4,7 @@ import streamlit as st
 
 from lab.figures.blocks import legend_markdown, pool_grid
 from lab.figures.lesson import StepView
-from lab.scenarios.attention import MAX_PLACEMENTS, AttentionConfig, AttentionStory
+from lab.scenarios.attention import MAX_PLACEMENTS, AttentionConfig, AttentionStory, event_steps
 from lab.scenarios.block_tables import request_name
 from ui.chapters import chapter_strip, next_page
 from ui.kernel_badge import kernel_badge
@@ -150,7 +150,7 @@ def show_step(step: int) -> None:
 
 
 with stage:
-    show_step(step_controls(num_logical))
+    show_step(step_controls(num_logical, events=event_steps(all_frames)))
 export_trace(story, num_logical)
 export_lesson(story, step_view, num_logical, checks=lambda step: all_frames[step].check,
               questions=lambda: [lesson_question(SHIFT, 0, holds=["Output change"])])

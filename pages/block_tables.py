@@ -5,7 +5,7 @@ import streamlit as st
 from lab.figures.blocks import block_table_figure, legend_markdown, pool_grid, token_strip
 from lab.figures.lesson import StepView
 from lab.memory.block_table import blocks_for
-from lab.scenarios.block_tables import BlockTablesStory
+from lab.scenarios.block_tables import BlockTablesStory, event_steps
 from ui.chapters import chapter_strip, next_page
 from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
 from ui.predict import Question, gate, held_back
@@ -139,4 +139,4 @@ def show_step(step: int) -> None:
 
 
 with stage:
-    show_step(step_controls(last))
+    show_step(step_controls(last, events=event_steps(all_frames)))

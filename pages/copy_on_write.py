@@ -4,13 +4,19 @@ import streamlit as st
 
 from lab.figures.blocks import block_table_figure, legend_markdown, pool_grid
 from lab.figures.cow import memory_figure
+from lab.figures.lesson import StepView
 from lab.memory.kv_pool import PoolConfig
-from lab.scenarios.copy_on_write import BranchConfig, BranchFrame, CopyOnWriteStory
+from lab.scenarios.copy_on_write import (
+    BranchConfig,
+    BranchFrame,
+    CopyOnWriteStory,
+    event_steps,
+)
 from lab.scenarios.cow_captions import v0_lines, v1_lines
 from ui.chapters import chapter_strip, next_page
 from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
 from ui.predict import Question, gate, held_back
-from ui.scenario import export_trace, frames, live_badge, or_stop
+from ui.scenario import export_lesson, export_trace, frames, lesson_question, live_badge, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
 from ui.step_controls import announce, step_controls
@@ -72,7 +78,8 @@ story = CopyOnWriteStory(cfg, seed())
 all_frames: tuple[BranchFrame, ...] = frames(story)
 # One question per story and setting: its key names them, so a new setting starts with an
 # empty box and its own score entry (an answer to another setting is never overwritten).
-SETTING = f"n{num_branches}_p{prompt_len}_t{new_tokens}_b{block_size}_k{num_blocks}_s{seed()}"
+SETTING = (f"{mode}_n{num_branches}_p{prompt_len}_t{new_tokens}_b{block_size}_k{num_blocks}"
+           f"_s{seed()}")
 
 
 def copies_question() -> Question:
@@ -107,6 +114,7 @@ def compute_question() -> Question:
 
 
 QUESTIONS = [(copies_question() if mode == "parallel" else compute_question(), 1)]
+EVENTS = event_steps(all_frames, mode)
 
 
 def counters(frame: BranchFrame, v1: bool) -> None:
@@ -132,14 +140,40 @@ def counters(frame: BranchFrame, v1: bool) -> None:
                        "shared, partly filled block.")
 
 
-def pool(frame: BranchFrame, v1: bool) -> None:
+def pool_figure(frame: BranchFrame, v1: bool):
     view, tag = (frame.v1, "V1") if v1 else (frame.v0, "V0")
-    st.markdown(f"**{V1_TITLE if v1 else V0_TITLE}**")
     copied = sorted({b for e in view.events if e.kind == "copy"
                      for b in (e.detail["src"], e.detail["dst"])})
     snapshot, names = view.by_branch()
-    show_figure(pool_grid(snapshot, names, highlight=copied, columns=8, title=f"{tag} KV pool"),
-                key=f"cow_pool_{tag.lower()}", file_name=f"kv_pool_{tag.lower()}", main=True)
+    return pool_grid(snapshot, names, highlight=copied, columns=8, title=f"{tag} KV pool")
+
+
+def pool(frame: BranchFrame, v1: bool) -> None:
+    tag = "v1" if v1 else "v0"
+    st.markdown(f"**{V1_TITLE if v1 else V0_TITLE}**")
+    show_figure(pool_figure(frame, v1), key=f"cow_pool_{tag}", file_name=f"kv_pool_{tag}",
+                main=True)
+
+
+def step_lines(frame: BranchFrame) -> tuple[list[str], list[str]]:
+    """What each engine did at this step (V0's lines, V1's lines)."""
+    return (v0_lines(frame.v0, frame, mode) or ["Nothing allocated, copied or freed: every "
+                                                "branch writes into its own block."],
+            v1_lines(frame.v1, frame, mode) or ["Nothing allocated or freed: every request "
+                                                "writes into its own block."])
+
+
+def step_view(step: int) -> StepView:
+    """What the lesson shows at a step: both pools, what each engine did, the counters."""
+    frame = all_frames[step]
+    lines0, lines1 = step_lines(frame)
+    return StepView(
+        {"pool_v0": pool_figure(frame, False), "pool_v1": pool_figure(frame, True)},
+        [f"V0: {line}" for line in lines0] + [f"V1: {line}" for line in lines1],
+        {"Blocks held (V0 / V1)": f"{frame.v0.blocks_used} / {frame.v1.blocks_used}",
+         "Computed (V0 / V1)": f"{frame.v0.total_computed} / {frame.v1.total_computed}",
+         "Copies (V0)": str(frame.v0.total_copies),
+         "Recomputed (V1)": str(frame.v1.total_recomputed)})
 
 
 def show_step(step: int) -> None:
@@ -155,10 +189,7 @@ def show_step(step: int) -> None:
         for column, v1 in zip(st.columns(2, gap="medium"), (False, True)):
             with column:
                 pool(frame, v1)
-    lines0 = v0_lines(frame.v0, frame, mode) or ["Nothing allocated, copied or freed: every "
-                                                 "branch writes into its own block."]
-    lines1 = v1_lines(frame.v1, frame, mode) or ["Nothing allocated or freed: every request "
-                                                 "writes into its own block."]
+    lines0, lines1 = step_lines(frame)
     with parts.before, held_back(hold, "the counters and what this step did",
                                  key="cow_caption"):
         for column, v1, lines in zip(st.columns(2, gap="medium"), (False, True), (lines0, lines1)):
@@ -191,6 +222,10 @@ def show_step(step: int) -> None:
         if step == last:
             st.success(_ending(frame), icon=":material/flag:")
         export_trace(story, step)
+        export_lesson(story, step_view, last, idle="Neither engine computes anything at this "
+                      "step: no attention to check.", questions=lambda: [
+                          lesson_question(question, reveal, until=reveal)
+                          for question, reveal in QUESTIONS])
         for question in questions.later:
             question.ask()
         next_page(step == last)
@@ -209,4 +244,4 @@ def _ending(frame: BranchFrame) -> str:
 
 
 with stage:
-    show_step(step_controls(len(all_frames) - 1))
+    show_step(step_controls(len(all_frames) - 1, events=EVENTS))

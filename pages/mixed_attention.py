@@ -160,7 +160,10 @@ def show_step(step: int) -> None:
     parts = step_parts()
     questions = gate(QUESTIONS, step)
     hidden = questions.hold
-    window_open = not WINDOW_QUESTION.answered  # the steady count below would answer it
+    # The steady count below answers the window question: kept back until it is answered or
+    # its step has gone by (gate closed it), hatched while it is asked, absent before.
+    window_open = not (WINDOW_QUESTION.answered or WINDOW_QUESTION.closed)
+    window_asked = WINDOW_QUESTION in questions.due
     with asked_here:
         # Asked before the step that answers it; one open question at a time (a second
         # waits for the first's answer), so the controls and the figure stay in view.
@@ -207,19 +210,20 @@ def show_step(step: int) -> None:
             st.markdown(legend_markdown(frame), unsafe_allow_html=True)
             show_figure(view.figures["pool"], key="mixed_pool", file_name="kv_pool")
             show_figure(view.figures["held"], key="mixed_held", file_name="blocks_held")
-        with held_back(not window_open, "why the window levels off", key="mx_why"):
-            explain(
-                "**Why does the sliding window level off?** Token *p* attends to positions "
-                f"*p* − {window - 1} to *p*. Before each new token gets its slot, every block "
-                "wholly before that range is replaced by the null block and freed, so a request "
-                f"holds at most ⌈({window} − 1) / {block_size}⌉ + 1 = "
-                f"{story.steady_window_blocks()} blocks in that group however long it grows, "
-                "while the full-attention group holds ⌈tokens / block size⌉. With gpt-oss's "
-                "window of 128 over blocks of 16, a request holds at most 9 blocks in the "
-                "sliding-window group, against 256 in the full-attention group at 4,096 "
-                "tokens. A freed block keeps its hash: it stays findable in the prefix cache "
-                "until the pool hands it out again (evicted).",
-                title="Why the sliding window levels off")
+        if window_asked or not window_open:
+            with held_back(not window_open, "why the window levels off", key="mx_why"):
+                explain(
+                    "**Why does the sliding window level off?** Token *p* attends to positions "
+                    f"*p* − {window - 1} to *p*. Before each new token gets its slot, every block "
+                    "wholly before that range is replaced by the null block and freed, so a "
+                    f"request holds at most ⌈({window} − 1) / {block_size}⌉ + 1 = "
+                    f"{story.steady_window_blocks()} blocks in that group however long it grows, "
+                    "while the full-attention group holds ⌈tokens / block size⌉. With gpt-oss's "
+                    "window of 128 over blocks of 16, a request holds at most 9 blocks in the "
+                    "sliding-window group, against 256 in the full-attention group at 4,096 "
+                    "tokens. A freed block keeps its hash: it stays findable in the prefix cache "
+                    "until the pool hands it out again (evicted).",
+                    title="Why the sliding window levels off")
         explain(
             "**How is a prefix hit found with two groups?** Each group has its own cached "
             "blocks (a block is cached under its hash *and* its group). Full attention searches "

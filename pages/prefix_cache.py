@@ -161,8 +161,9 @@ def show_step(step: int) -> None:
             "oldest first (red outline, **Evictions so far** + 1), and a later request with that "
             "prefix misses it.",
             title="Which free block goes first")
-        show_figure(view.figures["cache_over_time"], key="prefix_time",
-                    file_name="prefix_cache_over_time")
+        with held_back(not questions.hold, "the cache over time", key="px_time"):
+            show_figure(view.figures["cache_over_time"], key="prefix_time",
+                        file_name="prefix_cache_over_time")
         for question in questions.later:
             question.ask()
         export_trace(story, step)

@@ -4,9 +4,11 @@ import streamlit as st
 
 from kernels.backend import backend
 from lab.figures.blocks import pool_grid
+from lab.figures.lesson import StepView
 from lab.figures.scheduler import region_map
 from lab.scenarios.admission_control import (
     AdmissionControlStory,
+    event_steps,
     first_chunked_admission,
     first_own_hit,
     next_preemption,
@@ -16,7 +18,7 @@ from lab.serving.config import SchedulerConfig
 from ui.chapters import chapter_strip, next_page
 from ui.layout import explain, page_parts, settings, show_figure, step_parts
 from ui.predict import Question, gate, held_back
-from ui.scenario import frames, live_badge
+from ui.scenario import export_lesson, frames, lesson_question, live_badge
 from ui.scheduler_runs import chain_section, replay_section, sweeps_section
 from ui.scheduler_views import cost_widgets, engine_widgets, workload_widgets
 from ui.sidebar import sidebar
@@ -139,15 +141,28 @@ VICTIM_RULE = {
 }
 
 
-def victim_question(step: int) -> list[tuple[Question, int]]:
-    """The next preemption at or after this step, as a question asked the step before."""
-    coming = next_preemption(all_frames, step)
+def victim_question() -> list[tuple[Question, int]]:
+    """The first preemption, as a question asked the step before. It names what decides the
+    victim (the running requests' order, or their priorities and arrivals) and offers them by
+    id, so neither the choices nor the screen (the queues are held back while it is open)
+    give the answer."""
+    coming = next_preemption(all_frames, 0)
     if coming is None:
         return []
+    specs = {r.req_id: r for r in requests}
+    if cfg.policy == "priority":
+        running = ", ".join(f"R{i} (priority {specs[i].priority}, arrived at "
+                            f"{specs[i].arrival_s:.2f} s)" for i in sorted(coming.candidates))
+        named = f"The running requests: {running}. Lower priority values are more important."
+    else:
+        named = ("The running requests, in the order the scheduler admitted them: "
+                 + ", ".join(f"R{i}" for i in coming.candidates) + ".")
     question = Question(
         "sched_victim", f"Step {all_frames[coming.step].record.index} runs out of free "
-        "blocks. Which running request will be preempted?",
-        answer=f"R{coming.victim}", choices=[f"R{i}" for i in coming.candidates],
+        f"blocks: {cfg.label} preempts one running request by "
+        f"{'recompute' if cfg.engine == 'v1' else cfg.preemption_mode}. {named} Which one "
+        "is preempted?",
+        answer=f"R{coming.victim}", choices=[f"R{i}" for i in sorted(coming.candidates)],
         explanation=f"{VICTIM_RULE[cfg.policy].capitalize()}. The scheduler's own line: "
                     f"“{coming.decision}”", context=(story, coming.step))
     return [(question, coming.step)]
@@ -178,6 +193,38 @@ def chunk_question() -> list[tuple[Question, int]]:
     return [(question, c.step)]
 
 
+QUESTIONS = victim_question() + chunk_question()
+EVENTS = event_steps(all_frames)
+
+
+def pool_figure(frame):
+    if cfg.allocator == "paged":
+        return pool_grid(frame.picture, frame.names, columns=16,
+                         highlight=list(frame.new_blocks))
+    return region_map(frame.picture.regions, cfg.capacity_slots)
+
+
+def decisions_of(frame) -> list[str]:
+    return story.caption(frame) or ["(every running request got its next tokens; nothing "
+                                    "else changed)"]
+
+
+def step_view(step: int) -> StepView:
+    """What the lesson shows at a step: the pool, the scheduler's decisions, the counters."""
+    frame = all_frames[step]
+    rec = frame.record
+    return StepView(
+        {"pool": pool_figure(frame)}, decisions_of(frame),
+        {"Step": str(rec.index), "Batch": f"{rec.num_seqs} seqs",
+         "Waiting": str(rec.num_waiting), "KV used": f"{rec.kv_usage:.0%}",
+         "Preemptions": str(frame.preemptions),
+         "Finished": f"{frame.finished} / {len(requests)}"})
+
+
+ALLOCATOR_ONLY = ("Allocator only: turn on “Triton kernel each iteration” to record the "
+                  "kernel check of every step.")
+
+
 def other_panel(step: int) -> None:
     """The other engine at the same step: its pool and its decisions."""
     frames_, k = other_frames, min(step, len(other_frames) - 1)
@@ -199,13 +246,12 @@ def show_step(step: int) -> None:
     frame = all_frames[step]
     rec = frame.record
     parts = step_parts()
-    questions = gate(victim_question(step) + chunk_question(), step)
+    questions = gate(QUESTIONS, step)
     with parts.caption:
         for question in questions.due:
             question.ask()
         st.markdown(f"**What the scheduler ({cfg.label}) decided in this step**")
-        decisions = story.caption(frame) or ["(every running request got its next tokens; "
-                                             "nothing else changed)"]
+        decisions = decisions_of(frame)
         with held_back(not questions.hold, "the scheduler's decisions", key="sched_decisions"):
             st.code("\n".join(decisions), language=None, wrap_lines=True)
         announce(step, "; ".join(decisions) if not questions.hold else
@@ -233,21 +279,20 @@ def show_step(step: int) -> None:
         m[5].metric("Finished", f"{frame.finished} / {len(requests)}")
         if compute:
             live_badge(story, step, len(all_frames) - 1)
-        q = st.columns(3)
-        for col, title, items in ((q[0], "Waiting", frame.waiting),
-                                  (q[1], "Running", frame.running),
-                                  (q[2], "Swapped (in CPU memory)", frame.swapped)):
-            with col.container(border=True):
-                st.markdown(f"**{title}** ({len(items)})")
-                st.caption(" · ".join(items) if items else "empty")
+        with held_back(not questions.asking, "the queues", key="sched_queues"):
+            q = st.columns(3)
+            for col, title, items in ((q[0], "Waiting", frame.waiting),
+                                      (q[1], "Running", frame.running),
+                                      (q[2], "Swapped (in CPU memory)", frame.swapped)):
+                with col.container(border=True):
+                    st.markdown(f"**{title}** ({len(items)})")
+                    st.caption(" · ".join(items) if items else "empty")
     with parts.main, held_back(not questions.hold, "the pool", key="sched_pool"):
         if cfg.allocator == "paged":
             left, right = st.columns(2)
             with left:
                 st.markdown(f"**{cfg.label}**")
-                show_figure(pool_grid(frame.picture, frame.names, columns=16,
-                                      highlight=list(frame.new_blocks)),
-                            key="sched_grid", main=True)
+                show_figure(pool_figure(frame), key="sched_grid", main=True)
             with right:
                 other_panel(step)
             st.caption("Each tile is a physical block, labelled with the request (R0, R1, …) "
@@ -256,8 +301,7 @@ def show_step(step: int) -> None:
                        "under vLLM V1 a chunked prefill's blocks arrive chunk by chunk, under "
                        "V0 all of a prompt's blocks at admission.")
         else:
-            show_figure(region_map(frame.picture.regions, cfg.capacity_slots),
-                        key="sched_regions", main=True)
+            show_figure(pool_figure(frame), key="sched_regions", main=True)
             st.caption("Each request reserved prompt + max_tokens slots at admission; the "
                        "solid part holds tokens, the pale part is reserved but empty (internal "
                        "fragmentation).")
@@ -268,10 +312,12 @@ def show_step(step: int) -> None:
             text = (f"Step {all_frames[at].record.index}: request {req_id}, preempted earlier, "
                     f"is re-admitted and finds its own block(s) {', '.join(map(str, blocks))} "
                     "still in the prefix cache: it recomputes only the rest.")
-            note, go = st.columns([4, 1], vertical_alignment="center")
-            note.info(text, icon=":material/replay:")
-            go.button("Go to that step", key="sched_go_own", disabled=step == at,
-                      on_click=set_param, args=("sched_step", at))
+            # It names a preempted request: not while a question asks which one.
+            with held_back(not questions.asking, "the re-admission ahead", key="sched_own"):
+                note, go = st.columns([4, 1], vertical_alignment="center")
+                note.info(text, icon=":material/replay:")
+                go.button("Go to that step", key="sched_go_own", disabled=step == at,
+                          on_click=set_param, args=("sched_step", at))
         elif cfg.allocator == "paged" and not cfg.enable_prefix_caching:
             st.caption("Turn prefix caching on (vLLM V1's default) to see a preempted request "
                        "re-admitted with a hit on its own blocks.")
@@ -285,8 +331,12 @@ def show_step(step: int) -> None:
         if frame.rejected:
             with st.expander(f"Rejected requests ({len(frame.rejected)})"):
                 st.markdown("\n".join(f"- {line}" for line in frame.rejected))
+        export_lesson(story, step_view, len(all_frames) - 1,
+                      checks=None if compute else lambda step: ALLOCATOR_ONLY,
+                      questions=lambda: [lesson_question(question, reveal, until=reveal)
+                                         for question, reveal in QUESTIONS])
         next_page(step == len(all_frames) - 1)
 
 
 with stage:
-    show_step(step_controls(len(all_frames) - 1, key="sched_step"))
+    show_step(step_controls(len(all_frames) - 1, key="sched_step", events=EVENTS))

@@ -3,17 +3,32 @@
 import pandas as pd
 import streamlit as st
 
+from lab.figures.lesson import StepView
 from lab.figures.unknown_ending import address_map, over_time
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.ending_play import SystemStats
-from lab.scenarios.unknown_ending import GUESS_LOW, MAX_REQUESTS, EndingConfig, UnknownEndingStory
+from lab.scenarios.unknown_ending import (
+    GUESS_LOW,
+    MAX_REQUESTS,
+    EndingConfig,
+    UnknownEndingStory,
+    event_steps,
+)
 from lab.sizing.kv_formula import format_bytes, kv_layout
 from lab.sizing.model_spec import load_presets
 from ui.chapters import chapter_strip, next_page
 from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
 from ui.memo import shared
 from ui.predict import Question, gate, held_back
-from ui.scenario import export_trace, frames, live_badge, live_measured, or_stop
+from ui.scenario import (
+    export_lesson,
+    export_trace,
+    frames,
+    lesson_question,
+    live_badge,
+    live_measured,
+    or_stop,
+)
 from ui.sidebar import sidebar
 from ui.state import int_param, is_hidden, is_locked, seed, set_param
 from ui.step_controls import step_controls
@@ -83,20 +98,26 @@ bytes_per_token = cfg.pool.bytes_per_token
 longest = story.longest()
 moves = story.moves_of(all_frames, longest.req_id)
 growths = story.growths_of(all_frames, longest.req_id)
+grown = len(moves) + len(growths)
+# How often it grows is certain (its output reservation doubles until the output fits); where
+# it grows, in place or by moving, depends on its neighbours at that moment. Asked before its
+# first growth, held back there; the verdict then names every growth to come.
 QUESTIONS = [(Question(
-    "ue_moves",
+    "ue_growths",
     f"**R{longest.req_id}** has a {longest.prompt_len}-token prompt and will write "
-    f"{longest.output_len} tokens (the server does not know that). With a guess of {guess} "
-    f"output tokens, how many times will the contiguous allocator **move** R{longest.req_id} "
-    "(copy its K/V to a new region)?",
-    answer=len(moves),
-    explanation=f"R{longest.req_id} grew {len(moves) + len(growths)} time(s): "
-                f"{len(moves)} by moving ({sum(m.nbytes for m in moves):,} bytes copied) and "
-                f"{len(growths)} in place, where the slots after it happened to be free. Each "
-                "growth doubles its output reservation, so a long request is copied a few "
-                "times, not once per token. The paged server never moves it: it takes one more "
-                f"block every {BLOCK_SIZE} tokens.", context=story),
+    f"{longest.output_len} tokens (the server does not know that). The contiguous allocator "
+    f"reserves prompt + {guess} output slots, and each time the request fills its "
+    f"reservation, its output part doubles ({guess}, {2 * guess}, {4 * guess}, …), in place "
+    f"or by moving. How many times will R{longest.req_id}'s reservation **grow** in all?",
+    answer=grown,
+    explanation=f"R{longest.req_id} grew {grown} time(s): {len(moves)} by moving "
+                f"({sum(m.nbytes for m in moves):,} bytes copied) and {len(growths)} in place, "
+                "where the slots after it happened to be free. Each growth doubles its output "
+                "reservation, so a long request grows a few times, not once per token (a "
+                "preemption starts its reservation over). The paged server never moves it: it "
+                f"takes one more block every {BLOCK_SIZE} tokens.", context=story),
     story.first_growth(all_frames, longest.req_id))]
+EVENTS = event_steps(all_frames)
 
 
 def kib(n_bytes: int) -> str:
@@ -117,6 +138,23 @@ def _row(name: str, s: SystemStats) -> dict:
     return {"allocator": name} | {k: str(v) for k, v in row.items()}  # one type per column
 
 
+def caption_lines(frame) -> list[str]:
+    return story.caption(frame) or [
+        "Every running request decodes one token, into its reservation (contiguous) or its last "
+        "block (paged): nothing moves, nobody is admitted or finishes."]
+
+
+def step_view(step: int) -> StepView:
+    """What the lesson shows at a step: the address space, what the step did, the counters."""
+    frame = all_frames[step]
+    c, p = frame.contiguous, frame.paged
+    return StepView(
+        {"map": address_map(frame, cfg.capacity, guess)}, caption_lines(frame),
+        {"Moves (contiguous; paged: 0)": str(c.moves), "K/V copied": kib(c.copied_bytes),
+         "Reserved, unused": f"{c.unused_pct:.0f}% (paged {p.unused_pct:.0f}%)",
+         "Waiting": f"{c.waiting} (paged {p.waiting})"})
+
+
 def show_step(step: int) -> None:
     frame = all_frames[step]
     parts = step_parts()
@@ -127,9 +165,7 @@ def show_step(step: int) -> None:
         for question in questions.due:  # asked right here, before the step that answers it
             question.ask()
         with held_back(not hidden, "what this step did", key="ue_caption"):
-            bullets(story.caption(frame) or [
-                "Every running request decodes one token, into its reservation (contiguous) or "
-                "its last block (paged): nothing moves, nobody is admitted or finishes."])
+            bullets(caption_lines(frame))
     with parts.before, held_back(not hidden, "the counters", key="ue_counters"):
         m1, m2, m3, m4, m5 = st.columns(5)
         m1.metric("Moves: contiguous", c.moves, delta="paged: 0", delta_color="off",
@@ -190,10 +226,14 @@ def show_step(step: int) -> None:
                 "tokens are prefilled again later.", title="What the badge proves, and when "
                                                            "growth fails")
         export_trace(story, step)
+        export_lesson(story, step_view, last, idle="No request is running at this step: no "
+                      "attention to check.", questions=lambda: [
+                          lesson_question(question, reveal, until=reveal)
+                          for question, reveal in QUESTIONS])
         for question in questions.later:
             question.ask()
         next_page(step == last)
 
 
 with stage:
-    show_step(step_controls(last))
+    show_step(step_controls(last, events=EVENTS))

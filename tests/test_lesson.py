@@ -95,7 +95,8 @@ def test_a_lesson_past_its_limit_is_refused_with_its_size() -> None:
 
 
 # -- the pages: their default story's lesson, built on one click, within the limit -------------
-PAGES = ["block_tables", "attention", "fragmentation", "prefix_cache"]
+PAGES = ["block_tables", "attention", "fragmentation", "prefix_cache", "unknown_ending",
+         "copy_on_write", "scheduler"]
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -65,7 +65,7 @@ def test_last_step_matches_the_walk(open_page) -> None:
 
 
 def test_predict_answers_come_from_the_engine(open_page) -> None:
-    at = open_page()
+    at = open_page(step="4")  # A has 33 tokens; its last token comes next: both asked
     at.button(key="bt_blocks_show").click().run()
     assert "engine says **3**" in at.info[0].value  # 33 tokens of 16: three blocks
     at.number_input(key="bt_tail_guess").set_value(14)  # a form: sent with Check

@@ -11,7 +11,8 @@ from lab.scenarios.copy_on_write import BranchConfig, CopyOnWriteStory
 from tests.page_helpers import assert_link_keeps, figures, metrics
 
 PAGE = "pages/copy_on_write.py"
-DEFAULT_SETTING = "n4_p30_t12_b16_k32_s0"
+DEFAULT_SETTING = "parallel_n4_p30_t12_b16_k32_s0"
+BEAM_SETTING = "beam_n4_p30_t12_b16_k32_s0"
 
 
 def expected(frame) -> dict[str, str]:
@@ -74,7 +75,7 @@ def test_each_story_and_setting_asks_its_own_question(open_page) -> None:
     # Beam search asks about V1's compute, not the sampling question again, with an empty box.
     at.query_params["mode"] = "Beam search"
     at = at.run()
-    beam_key = f"cow_beam_compute_{DEFAULT_SETTING}"
+    beam_key = f"cow_beam_compute_{BEAM_SETTING}"
     assert guesses(at) == [f"{beam_key}_guess"]
     assert at.number_input(key=f"{beam_key}_guess").value is None
     assert "How many tokens does V1 compute at step 1" in text(at)
@@ -85,6 +86,20 @@ def test_each_story_and_setting_asks_its_own_question(open_page) -> None:
     at = at.run()
     (key,) = guesses(at)
     assert key != f"{beam_key}_guess" and at.number_input(key=key).value is None
+    # Back to sampling with the first settings: the question already answered stays answered,
+    # not asked again.
+    at.query_params["mode"], at.query_params["prompt_len"] = "Parallel sampling", "30"
+    at = at.run()
+    assert guesses(at) == [] and at.success[0].value.startswith("Right: **3**")
+    assert not at.exception
+
+
+def test_next_event_jumps_to_the_copy_and_the_lesson_offers_itself(open_page) -> None:
+    at = open_page()
+    assert at.button(key="step_next_event").label == "Next: copy-on-write at step 1"
+    assert at.button(key="copy_on_write_lesson_build") is not None
+    at.button(key="step_next_event").click().run()
+    assert at.button(key="step_next_event").label.startswith("Next: a branch ends at step ")
     assert not at.exception
 
 

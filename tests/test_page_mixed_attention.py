@@ -41,13 +41,11 @@ def test_steps_follow_the_engine(open_page) -> None:
 def test_the_hit_question_holds_back_its_answer(open_page) -> None:
     at = open_page(step="12")  # C arrives: its hit is the question
     assert not at.exception
-    # The window question (due at step 6) is still open: asked first, the hit question waits.
-    assert not any("How many prompt tokens" in m.value for m in at.markdown)
-    at.button(key="mx_window_show").click().run()
     asked = [m.value for m in at.markdown if "How many prompt tokens" in m.value]
     assert asked and "alone would find 16" in asked[0]
     assert any("held back" in c.value for c in at.caption)  # caption, counters, figures
     at.button(key="mx_hit_show").click().run()
+    assert "mx_window_guess" not in {n.key for n in at.number_input}  # its step 6 went by
     assert not any("held back" in c.value for c in at.caption)
     shown = " ".join(m.value for m in at.markdown)
     assert "the sliding window only 0" in shown and "**0 tokens**" in shown
@@ -55,7 +53,7 @@ def test_the_hit_question_holds_back_its_answer(open_page) -> None:
 
 
 def test_the_window_question_is_checked_against_the_engine(open_page) -> None:
-    at = open_page()
+    at = open_page(step="5")  # asked the step before A decodes position 24
     asked = [m.value for m in at.markdown if "sliding-window group?" in m.value]
     assert asked and "position 24" in asked[0]  # A's fifth decode
     at.number_input(key="mx_window_guess").set_value(3)  # positions 17-24: blocks 4, 5, 6
@@ -83,11 +81,16 @@ def test_pool_too_small_shows_a_message(open_page) -> None:
 def test_the_window_explanation_waits_for_the_window_question(open_page) -> None:
     """The explanation and a counter's help give the steady window count (the window
     question's answer): held back until it is answered."""
-    at = open_page()
-    assert any("Why the window levels off held back" in c.value for c in at.caption)
+    def why(at) -> bool:
+        return any(m.value.startswith("**Why does the sliding window level off?**")
+                   for m in at.markdown)
+
+    at = open_page()  # not asked yet: the explanation is not there
     tip = next(m for m in at.metric if m.label == "Sliding-window blocks").help
-    assert "at most" not in tip
-    at.button(key="mx_window_show").click().run()  # waiting at the end of the page
+    assert "at most" not in tip and not why(at)
+    at = open_page(step="5")  # the window question is asked the step before its answer
+    assert any("Why the window levels off held back" in c.value for c in at.caption)
+    at.button(key="mx_window_show").click().run()
     assert not any("held back" in c.value for c in at.caption)
     tip = next(m for m in at.metric if m.label == "Sliding-window blocks").help
     assert "at most ⌈(window − 1) / block size⌉ + 1 = 3" in tip
@@ -113,8 +116,7 @@ def test_an_answered_question_closes_after_the_step_that_answers_it(open_page) -
 
 
 def test_the_hit_question_names_what_the_window_group_needs(open_page) -> None:
-    at = open_page(step="11")
-    at.button(key="mx_window_show").click().run()  # the first question, still open
+    at = open_page(step="11")  # the window question closed after its step (6)
     asked = next(m.value for m in at.markdown if "How many prompt tokens" in m.value)
     assert "positions *h* − 7 to *h* − 1" in asked and "(0, 4, 8, 12, 16)" in asked
 

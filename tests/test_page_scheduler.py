@@ -142,10 +142,16 @@ def test_the_victim_is_asked_the_iteration_before_it_is_preempted() -> None:
                                    llama_h100(), 0).frames()
     coming = next_preemption(frames, 0)
     at = run_page("scheduler.py", {**query, "sched_step": str(coming.step - 1)})
-    if at.number_input(key="sched_chunk_guess") is not None:  # the chunk question, first
+    if "sched_chunk_guess" in {n.key for n in at.number_input}:  # the chunk question, first
         at.button(key="sched_chunk_show").click().run()
-    assert at.radio(key="sched_victim_guess").options == [f"R{i}" for i in coming.candidates]
+    # Offered by id (the running list's order, which decides, is in the question's text), and
+    # the queues held back while it is open: the screen does not answer it.
+    assert at.radio(key="sched_victim_guess").options == [f"R{i}"
+                                                          for i in sorted(coming.candidates)]
+    assert "in the order the scheduler admitted them: " + ", ".join(
+        f"R{i}" for i in coming.candidates) in text(at)
     assert "decisions held back" not in text(at)  # nothing of the answer is on screen yet
+    assert "The queues held back" in text(at)
     at.slider(key="sched_step").set_value(coming.step).run()
     assert "The scheduler's decisions held back" in text(at)  # the answer step, unanswered
     at.radio(key="sched_victim_guess").set_value(f"R{coming.victim}")
@@ -153,6 +159,9 @@ def test_the_victim_is_asked_the_iteration_before_it_is_preempted() -> None:
     assert at.success[0].value.startswith(f"Right: **R{coming.victim}**")
     assert "held back" not in text(at)
     assert f"request {coming.victim} preempted" in at.code[0].value
+    at.slider(key="sched_step").set_value(coming.step + 1).run()  # closed: asked once only
+    assert "sched_victim_guess" not in {r.key for r in at.radio}
+    assert at.button(key="sched_step_next_event").label.startswith("Next: ")
 
 
 def test_priorities_offer_priority_preemption_and_the_watermark_is_a_setting() -> None:

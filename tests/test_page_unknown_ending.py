@@ -6,7 +6,7 @@ from __future__ import annotations
 from streamlit.testing.v1 import AppTest
 
 from lab.memory.kv_pool import PoolConfig
-from lab.scenarios.unknown_ending import EndingConfig, UnknownEndingStory
+from lab.scenarios.unknown_ending import EndingConfig, UnknownEndingStory, event_steps
 from tests.page_helpers import assert_link_keeps, figures, metrics
 from ui.chapters import CHAPTERS
 
@@ -82,12 +82,41 @@ def test_the_question_holds_back_the_step_that_answers_it(open_page) -> None:
     frames = story.frames()
     longest = story.longest()
     reveal = story.first_growth(frames, longest.req_id)
-    at = open_page(step=str(reveal))
-    assert any(f"how many times will the contiguous allocator **move** R{longest.req_id}"
+    grown = len(story.moves_of(frames, longest.req_id)) + len(
+        story.growths_of(frames, longest.req_id))
+    assert grown >= 2  # the default guess makes the longest request grow more than once
+    at = open_page(step=str(reveal - 1))  # asked the step before, nothing held yet
+    assert any(f"How many times will R{longest.req_id}'s reservation **grow** in all?"
                in m.value for m in at.markdown)
-    assert any("held back" in c.value for c in at.caption)  # drawn blurred, with a note
-    at.button(key="ue_moves_show").click().run()
-    answer = len(story.moves_of(frames, longest.req_id))
-    assert any(f"The engine says **{answer}**" in i.value for i in at.info)
+    assert not any("held back" in c.value for c in at.caption)
+    at.slider(key="step").set_value(reveal).run()
+    assert any("held back" in c.value for c in at.caption)  # drawn hatched, with a note
+    at.button(key="ue_growths_show").click().run()
+    assert any(f"The engine says **{grown}**" in i.value for i in at.info)
     assert not any("held back" in c.value for c in at.caption)
     assert not at.exception
+
+
+def test_a_question_past_its_step_is_closed_and_a_new_guess_asks_afresh(open_page) -> None:
+    story = UnknownEndingStory(EndingConfig(), 0)
+    frames = story.frames()
+    reveal = story.first_growth(frames, story.longest().req_id)
+    at = open_page(step=str(reveal + 1))
+    assert "ue_growths_guess" not in {w.key for w in at.number_input}  # closed, answer shown
+    assert any("The engine says" in i.value for i in at.info)
+    at = open_page(step=str(reveal - 1))
+    at.number_input(key="ue_growths_guess").set_value(1)
+    at.button(key="ue_growths_check").click().run()
+    assert any("you said 1" in e.value for e in at.error)
+    at.button(key="ue_guess_high").click().run()  # a new setting: its question, an empty box
+    assert not any("you said 1" in e.value for e in at.error)
+    assert not at.exception
+
+
+def test_next_event_jumps_to_the_first_move(open_page) -> None:
+    story = UnknownEndingStory(EndingConfig(), 0)
+    first = event_steps(story.frames())[0]
+    at = open_page()
+    assert at.button(key="step_next_event").label == f"Next: {first[1]} at step {first[0]}"
+    at.button(key="step_next_event").click().run()
+    assert at.slider(key="step").value == first[0] and not at.exception

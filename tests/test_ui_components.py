@@ -17,7 +17,8 @@ def _step_app() -> None:
     st.session_state["_ui_current_page"] = st.session_state.get("test_page", "a")  # as app.py
     sidebar()
     st.title("steps")
-    shown = step_controls(st.session_state.get("test_last", 5))
+    shown = step_controls(st.session_state.get("test_last", 5),
+                          events=st.session_state.get("test_events", ()))
     st.text(f"shown={shown}")
 
 
@@ -45,6 +46,29 @@ def test_step_back_reset_and_scrub() -> None:
     at.button(key="step_reset").click().run()
     assert _shown(at) == 0
     assert not at.exception
+
+
+def test_next_event_jumps_to_the_first_event_ahead_and_says_which() -> None:
+    at = AppTest.from_function(_step_app, default_timeout=TIMEOUT)
+    at.session_state["test_events"] = [(4, "preemption"), (2, "copy"), (2, "later label")]
+    at.run()
+    jump = at.button(key="step_next_event")
+    assert jump.label == "Next: copy at step 2" and not jump.disabled
+    jump.click().run()
+    assert _shown(at) == 2 and at.button(key="step_next_event").label == \
+        "Next: preemption at step 4"
+    at.button(key="step_next_event").click().run()
+    assert _shown(at) == 4
+    jump = at.button(key="step_next_event")
+    assert jump.disabled and jump.label == "No event ahead"
+    at.button(key="step_back").click().run()  # Back: the event is ahead again
+    assert at.button(key="step_next_event").label == "Next: preemption at step 4"
+    assert not at.exception
+
+
+def test_no_events_no_next_event_button() -> None:
+    at = _step_test()
+    assert "step_next_event" not in {b.key for b in at.button}
 
 
 def test_step_is_clamped_when_the_range_shrinks() -> None:
@@ -181,10 +205,9 @@ def test_predict_then_reveal() -> None:
     assert "you said 2, the engine says **3**" in at.error[0].value
     assert "held back" not in " ".join(c.value for c in at.caption)
     assert "0 of 1 on this page" in at.caption[-1].value
-    at.number_input(key="q_guess").set_value(3)
-    at.button(key="q_check").click().run()
-    assert at.success[0].value.startswith("Right: **3**")
-    assert "1 of 1 on this page" in at.caption[-1].value
+    # Answered, the question is closed: its verdict, no box to answer it again.
+    assert "q_guess" not in {w.key for w in at.number_input}
+    assert "q_check" not in {b.key for b in at.button}
 
 
 def test_a_new_setting_clears_the_old_guess_and_keeps_the_old_score() -> None:
@@ -194,10 +217,16 @@ def test_a_new_setting_clears_the_old_guess_and_keeps_the_old_score() -> None:
     assert "1 of 1 on this page" in at.caption[-1].value
     at.session_state["block_size"] = 8  # a new question: the box is empty again
     at.run()
-    assert at.number_input(key="q_guess").value is None
+    assert at.number_input(key="q_guess").value is None and not at.success
     at.number_input(key="q_guess").set_value(1)
     at.button(key="q_check").click().run()
     assert "1 of 2 on this page" in at.caption[-1].value  # the right answer still counts
+    at.session_state["block_size"] = 16  # back: the old setting's question, asked anew
+    at.run()
+    assert at.number_input(key="q_guess").value is None and not at.success and not at.error
+    at.number_input(key="q_guess").set_value(5)
+    at.button(key="q_check").click().run()  # wrong this time: the score it had stays
+    assert "1 of 2 on this page" in at.caption[-1].value
 
 
 def test_a_new_context_asks_again_and_just_show_me_reveals() -> None:
@@ -209,19 +238,65 @@ def test_a_new_context_asks_again_and_just_show_me_reveals() -> None:
     assert not at.info and "held back" in at.caption[0].value
 
 
-def test_gate_asks_a_question_just_before_the_step_that_answers_it(monkeypatch) -> None:
+def test_gate_asks_a_question_the_step_before_its_answer_and_closes_it_after(
+        monkeypatch) -> None:
     from ui import predict
 
     monkeypatch.setattr(predict.Question, "answered", property(lambda q: q.key == "done"))
     early, late, done = (predict.Question(k, k, 1, "") for k in ("early", "late", "done"))
     steps = [(early, 2), (late, 6), (done, 1)]
     before = predict.gate(steps, 0)
-    assert before.due == (done,) and not before.hold  # answered, its reveal is next
-    assert predict.gate(steps, 1).due == (early, done) and not predict.gate(steps, 1).hold
+    assert before.due == (done,) and before.later == () and not before.hold
+    assert not before.asking  # the only question due is answered
+    asked = predict.gate(steps, 1)
+    assert asked.due == (early, done) and not asked.hold and asked.asking
     at_reveal = predict.gate(steps, 2)
-    assert at_reveal.due == (early,) and at_reveal.hold and late in at_reveal.later
-    assert predict.gate(steps, 5).due == (early, late)
-    assert done in predict.gate(steps, 2).later  # answered and past: further down
+    assert at_reveal.due == (early,) and at_reveal.hold and at_reveal.later == (done,)
+    assert not early.closed and done.closed and late.reveal == 6
+    past = predict.gate(steps, 3)  # early's step went by unanswered: closed, nothing held
+    assert past.due == () and past.later == (early, done) and not past.hold
+    assert early.closed and not past.asking
+    assert predict.gate(steps, 5).due == (late,) and predict.gate(steps, 6).hold
+
+
+def test_a_question_past_its_step_is_closed_with_the_engine_s_answer() -> None:
+    at = AppTest.from_function(_gated_app, default_timeout=TIMEOUT)
+    at.session_state["step"] = 2  # the question's answer is at step 1: its step went by
+    at.run()
+    assert "q_guess" not in {w.key for w in at.number_input}
+    assert "engine says **3**" in at.info[0].value and "held back" not in " ".join(
+        c.value for c in at.caption)
+    at.session_state["step"] = 1
+    at.run()  # at its step, unanswered: open, and the step held back
+    assert at.number_input(key="q_guess").value is None and "held back" in at.caption[0].value
+
+
+def test_classroom_mode_closes_a_question_at_its_step(monkeypatch) -> None:
+    from ui import predict
+
+    monkeypatch.setattr(predict, "is_classroom", lambda: True)
+    question = predict.Question("q", "q", 1, "")
+    assert not predict.gate([(question, 3)], 2).hold and not question.closed
+    predict.gate([(question, 3)], 3)
+    assert question.closed  # the answer is on the projector: the question shows it too
+
+
+def _gated_app() -> None:
+    import streamlit as st
+
+    from ui.predict import Question, gate, held_back
+    from ui.state import begin_run
+
+    begin_run()
+    question = Question("q", "How many blocks hold 33 tokens?", answer=3,
+                        explanation="Round up.", context=16)
+    questions = gate([(question, 1)], st.session_state.get("step", 0))
+    for asked in questions.due:
+        asked.ask()
+    with held_back(not questions.hold, "the pool", key="pool"):
+        st.text("the answer, in a figure")
+    for asked in questions.later:
+        asked.ask()
 
 
 def _figure_app() -> None:

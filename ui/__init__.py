@@ -4,8 +4,8 @@
   `ui.navigation` keeps app.py's navigation in charge.
 - `ui.state`: widgets whose values live in the URL (`int_param`, `float_param`,
   `choice_param`), `seed()`, `is_classroom()`, `register()` for extra link parameters.
-- `ui.step_controls.step_controls(last_step)`: Reset / Back / Step / Play / speed / scrubber;
-  returns the step to show.
+- `ui.step_controls.step_controls(last_step, events=...)`: Reset / Back / Step / Play /
+  Next event / speed / scrubber; returns the step to show.
 - `ui.scenario`: a page's story on screen: `or_stop(build)` (a bad combination of settings:
   message, stop), `frames(story)` (shared by all users), `live_badge(story, step, last)` (the
   kernel check on the story's live pool, shared by everyone stepping it), `live_measured`,
@@ -18,6 +18,7 @@
 - `ui.walk_settings`: the walkthrough's settings row and its fit check (block tables,
   attention).
 - `ui.kernel_badge.kernel_badge(check)`: kernel vs dense attention, green within tolerance.
-- `ui.predict.predict(...)`: "Predict, then reveal" with the engine's answer.
+- `ui.predict`: "Predict, then reveal" with the engine's answer; `gate(questions, step)`
+  asks each the step before its answer and closes it after.
 - `ui.scheduler_views`: the scheduler page's settings; `ui.scheduler_runs`: its long runs.
 """

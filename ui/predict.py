@@ -6,13 +6,20 @@
         ...  # what would give the answer away
     q.ask()
 
-A question is answered by Check (the guess, right or wrong) or "Just show me". Until then what
-would give the answer away sits under `held_back`: its place kept and hatched, its content
-hidden (from screen readers too), with a note. The
-answer comes from the engine, so it is the truth for the current settings; `context` names what
-it depends on (the story), so any setting that changes it asks the question again. Check is a
-form's submit button: one click (or Enter in the box) sends what was typed. A score per page
-and over the lab is kept for the session.
+A question is answered by Check (the guess, right or wrong) or "Just show me"; then it is
+closed: its verdict and explanation, no box. Until then what would give the answer away sits
+under `held_back`: its place kept and hatched, its content hidden (from screen readers too),
+with a note. The answer comes from the engine, so it is the truth for the current settings;
+`context` names what it depends on (the story), so any setting that changes it asks the
+question again, with an empty box and no old verdict. Check is a form's submit button: one
+click (or Enter in the box) sends what was typed. A score per page and over the lab is kept
+for the session: each question (key, text, context) counts once, and asking it again never
+lowers it.
+
+On an animated page, `gate(questions, step)` applies the lab's rule for every question: asked
+the step before the step that shows its answer, holding that step back while open, and closed
+(answered, or the engine's answer shown) once that step has gone by: never open under its
+answer.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from ui.state import current_page, first_time_this_run, is_classroom, is_hidden
 
 Answer = int | str
 _ANSWERS = "_ui_answers"  # session: {key: (signature, guess or SHOWN)}
-_SCORE = "_ui_score"  # session: {page: {signature: right?}}, questions checked with a guess
+_SCORE = "_ui_score"  # session: {page: {(key, *signature): right?}}, checked with a guess
 _ASKED = "_ui_asked"  # session: {key: the signature last asked}
 SHOWN = "shown"
 
@@ -40,6 +47,8 @@ class Question:
     explanation: str
     choices: Sequence[str] | None = None
     context: Hashable = None  # what the answer depends on: a new one asks again
+    reveal: int | None = field(default=None, init=False)  # set by `gate`: its answer's step
+    closed: bool = field(default=False, init=False)  # set by `gate`: its step has gone by
     _value: Answer | None = field(default=None, init=False, repr=False)
 
     @property
@@ -62,13 +71,21 @@ class Question:
         return self._value
 
     def ask(self) -> None:
-        """Draw the question, and once answered, the verdict and the explanation."""
+        """Draw the question: open (a box and Check) until answered, then closed (the verdict
+        and the explanation). `gate` closes it, answered or not, once its step has passed (and
+        in classroom mode at its step): never left open under its answer."""
         if is_hidden("questions"):
             return
         self._forget_an_old_guess()
+        stored = st.session_state.get(_ANSWERS, {}).get(self.key)
+        mine = stored is not None and stored[0] == self.signature
+        if mine or self.closed:
+            self._closed(stored[1] if mine else None)
+            return
         box = (st.expander(f"A question for the class: {self.text}", icon=":material/quiz:")
                if is_classroom() else st.container())
-        with box, st.form(f"{self.key}_form", border=True):
+        marker = f"lab_open_{self.key}" + ("" if self.reveal is None else f"_at_{self.reveal}")
+        with box, st.container(key=marker), st.form(f"{self.key}_form", border=True):
             st.markdown(f"**Predict, then reveal.** {self.text}")
             if self.choices is None:
                 st.number_input("Your prediction", min_value=0, value=None, step=1,
@@ -83,27 +100,34 @@ class Question:
             with show:
                 st.form_submit_button("Just show me", type="tertiary", on_click=self._shown,
                                       key=f"{self.key}_show")
-        stored = st.session_state.get(_ANSWERS, {}).get(self.key)
-        if stored is None or stored[0] != self.signature:
-            if st.session_state.pop(f"{self.key}_empty", False):
-                st.warning("Type or pick a prediction first, then Check.",
-                           icon=":material/edit:")
-            return
-        guess, answer = stored[1], self.value()
-        if guess == SHOWN:
-            st.info(f"The engine says **{_shown(answer)}**. {self.explanation}")
-        elif _same(guess, answer):
-            st.success(f"Right: **{_shown(answer)}**. {self.explanation}")
-        else:
-            st.error(f"Not quite: you said {_shown(guess)}, the engine says "
-                     f"**{_shown(answer)}**. {self.explanation}")
-        st.caption(score_line())
+        if st.session_state.pop(f"{self.key}_empty", False):
+            st.warning("Type or pick a prediction first, then Check.", icon=":material/edit:")
+
+    def _closed(self, guess: Answer | None) -> None:
+        """The question with its answer: the learner's verdict, or the engine's answer when it
+        was shown or its step went by unanswered."""
+        answer = self.value()
+        with st.container(border=True, key=f"lab_closed_{self.key}"):
+            st.markdown(f"**Predict, then reveal.** {self.text}")
+            if guess is None or guess == SHOWN:
+                st.info(f"The engine says **{_shown(answer)}**. {self.explanation}")
+            elif _same(guess, answer):
+                st.success(f"Right: **{_shown(answer)}**. {self.explanation}")
+            else:
+                st.error(f"Not quite: you said {_shown(guess)}, the engine says "
+                         f"**{_shown(answer)}**. {self.explanation}")
+            if guess is not None and guess != SHOWN:
+                st.caption(score_line())
 
     def _forget_an_old_guess(self) -> None:
-        """A new setting asks a new question: the box starts empty, not with the old guess."""
+        """A new setting asks a new question: the box starts empty, not with the old guess,
+        and the old setting's answer is not this one's."""
         asked = st.session_state.setdefault(_ASKED, {})
         if asked.get(self.key, self.signature) != self.signature:
             st.session_state.pop(f"{self.key}_guess", None)
+            answers = st.session_state.get(_ANSWERS, {})
+            if answers.get(self.key, (self.signature,))[0] != self.signature:
+                answers.pop(self.key, None)
         asked[self.key] = self.signature
 
     def _checked(self) -> None:
@@ -113,7 +137,9 @@ class Question:
             return
         st.session_state.setdefault(_ANSWERS, {})[self.key] = (self.signature, guess)
         page = st.session_state.setdefault(_SCORE, {}).setdefault(current_page(), {})
-        page[self.signature] = _same(guess, self.value())  # a new question adds, never replaces
+        # A new question adds its own entry; one asked again never lowers what it scored.
+        scored = (self.key, *self.signature)
+        page[scored] = page.get(scored, False) or _same(guess, self.value())
 
     def _shown(self) -> None:
         st.session_state.setdefault(_ANSWERS, {})[self.key] = (self.signature, SHOWN)
@@ -121,23 +147,32 @@ class Question:
 
 @dataclass(frozen=True)
 class Gate:
-    """A step's questions: those due (asked right under the step controls: unanswered ones
-    whose answer this step or the next shows, and answered ones around that step, so the
-    verdict stays where the question was), the others (further down), and whether what this
-    step shows must be held back."""
+    """A step's questions. `due`: asked right under the step controls, from the step before
+    their reveal step to it (open until answered; closed at the reveal step in classroom
+    mode). `later`: closed, their step gone by (the verdict, or the engine's answer), further
+    down. A question before the step ahead of its reveal is not asked yet. `hold`: an open
+    question's answer is what this step shows, so it is held back. `asking`: a question is
+    open at this step (what on screen would answer it must be held back too)."""
 
     due: tuple[Question, ...]
     later: tuple[Question, ...]
     hold: bool
+    asking: bool
 
 
 def gate(questions: Sequence[tuple[Question, int]], step: int) -> Gate:
     """`questions`: each with the first step that shows its answer."""
-    due = tuple(q for q, reveal in questions
-                if (reveal - 1 <= step <= reveal if q.answered else step + 1 >= reveal))
-    later = tuple(q for q, _ in questions if q not in due)
-    hold = any(not q.answered and step >= reveal for q, reveal in questions)
-    return Gate(due, later, hold)
+    due, later = [], []
+    for q, reveal in questions:
+        q.reveal = reveal
+        q.closed = step > reveal or (step == reveal and is_classroom())
+        if reveal - 1 <= step <= reveal:
+            due.append(q)
+        elif step > reveal:
+            later.append(q)
+    open_now = [q for q in due if not q.closed and not q.answered]
+    hold = any(q.reveal == step for q in open_now)
+    return Gate(tuple(due), tuple(later), hold, bool(open_now))
 
 
 def predict(key: str, question: str, *, answer: Answer | Callable[[], Answer],

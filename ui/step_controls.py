@@ -14,7 +14,12 @@ interval; each tick flags one advance and reruns the whole page, which applies i
 widget is drawn. Pausing (or reaching the last step) stops drawing the fragment, which stops
 the timer.
 
-Keyboard: Right = Step, Left = Back, Home = Reset, P = Play/Pause. `announce(step, text)`
+`events`, the story's notable steps as (step, short label), adds "Next event": it jumps to
+the first event after the step shown ("Next: preemption at step 14"), and says so, disabled,
+when none is ahead.
+
+Keyboard: Right = Step, Left = Back, Home = Reset, P = Play/Pause, N = Next event.
+`announce(step, text)`
 says what the step did in a polite live region under the controls, for a screen reader.
 """
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Sequence
 
 import streamlit as st
 
@@ -33,9 +39,11 @@ SPEEDS = {"0.5×": 2.0, "1×": 1.0, "2×": 0.5, "4×": 0.25}  # label -> seconds
 DEFAULT_SPEED = "2×"
 
 
-def step_controls(last_step: int, *, key: str = "step") -> int:
+def step_controls(last_step: int, *, key: str = "step",
+                  events: Sequence[tuple[int, str]] = ()) -> int:
     """Draw the controls for steps 0..last_step and return the step to show (each page keeps
-    its own step; the link parameter is `key`)."""
+    its own step; the link parameter is `key`). `events`: (step, short label) of the story's
+    notable steps, for "Next event"."""
     if last_step < 0:
         raise ValueError(f"last_step must be >= 0, got {last_step}")
     playing_key, advance_key, page_key = f"{key}_playing", f"{key}_advance", f"{key}_page"
@@ -71,7 +79,7 @@ def step_controls(last_step: int, *, key: str = "step") -> int:
             st.session_state[playing_key] = False
         playing = bool(st.session_state.get(playing_key, False))
         with buttons:
-            _buttons(key, step, last_step, playing)
+            _buttons(key, step, last_step, playing, events)
         # Where `announce` says what the step did: made here, at the same place on every run,
         # so the browser updates one live region (a new one would not be read out).
         st.session_state[LIVE_REGION] = st.empty()
@@ -91,9 +99,16 @@ def announce(step: int, text: str) -> None:
                     f"{html.escape(words)}</div>", unsafe_allow_html=True)
 
 
-def _buttons(key: str, step: int, last_step: int, playing: bool) -> None:
-    reset, back, forward, play, speed = st.columns([1, 1, 1, 1, 1.6],
-                                                   vertical_alignment="bottom")
+def next_event(events: Sequence[tuple[int, str]], step: int) -> tuple[int, str] | None:
+    """The first event after `step` (the earliest listed among those at the same step)."""
+    ahead = [(at, label) for at, label in events if at > step]
+    return min(ahead, key=lambda event: event[0]) if ahead else None
+
+
+def _buttons(key: str, step: int, last_step: int, playing: bool,
+             events: Sequence[tuple[int, str]]) -> None:
+    widths = [1, 1, 1, 1, 3, 1.4] if events else [1, 1, 1, 1, 1.6]
+    reset, back, forward, play, *jump, speed = st.columns(widths, vertical_alignment="bottom")
     reset.button("Reset", key=f"{key}_reset", icon=":material/first_page:", on_click=_move,
                  args=(key, -last_step, last_step), disabled=step == 0, shortcut="Home",
                  help="Back to step 0 (Home)")
@@ -108,6 +123,13 @@ def _buttons(key: str, step: int, last_step: int, playing: bool) -> None:
                 icon=":material/pause:" if playing else ":material/play_arrow:",
                 on_click=_toggle_play, args=(key, step, last_step), disabled=last_step == 0,
                 shortcut="P", help="Advance one step per tick until the last step (P)")
+    if jump:
+        coming = next_event(events, step)
+        at, label = coming if coming is not None else (step, "")
+        jump[0].button(f"Next: {label} at step {at}" if coming else "No event ahead",
+                       key=f"{key}_next_event", icon=":material/skip_next:", on_click=_go,
+                       args=(key, at), disabled=coming is None,
+                       shortcut="N", help="Jump to the story's next event (N)")
     speed.select_slider("Play speed", options=list(SPEEDS), value=DEFAULT_SPEED,
                         key=f"{key}_speed",
                         help="1× is one step per second (slower if a step takes longer to "
@@ -117,6 +139,11 @@ def _buttons(key: str, step: int, last_step: int, playing: bool) -> None:
 def _move(key: str, delta: int, last_step: int) -> None:
     step = int(st.session_state.get(key) or 0) + delta
     st.session_state[key] = min(max(step, 0), last_step)
+    st.session_state[f"{key}_playing"] = False
+
+
+def _go(key: str, step: int) -> None:
+    st.session_state[key] = step
     st.session_state[f"{key}_playing"] = False
 
 

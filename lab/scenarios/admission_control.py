@@ -19,7 +19,7 @@ from lab.memory.snapshot import Snapshot
 from lab.scenarios.story import MAX_STEPS, Story
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import Cost
-from lab.serving.request import IterationRecord, Request, StepDetail
+from lab.serving.request import IterationRecord, Request, ScheduledEntry, StepDetail
 from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import RequestSpec
 
@@ -166,14 +166,24 @@ class ChunkedAdmission:
 def first_chunked_admission(frames: list[IterationFrame], block_size: int
                             ) -> ChunkedAdmission | None:
     for k, frame in enumerate(frames):
-        for e in frame.detail.scheduled:
-            if e.kind == "running" or not e.new_blocks:
-                continue
-            length = next(n for r, n, _ in frame.detail.lookups if r == e.req_id)
-            if e.computed + e.tokens < length:
-                return ChunkedAdmission(k, e.req_id, length, e.computed, e.tokens,
-                                        len(e.new_blocks[0]), blocks_for(length, block_size))
+        chunked = _chunked_admissions(frame)
+        if chunked:
+            e, length = chunked[0]
+            return ChunkedAdmission(k, e.req_id, length, e.computed, e.tokens,
+                                    len(e.new_blocks[0]), blocks_for(length, block_size))
     return None
+
+
+def _chunked_admissions(frame: IterationFrame) -> list[tuple[ScheduledEntry, int]]:
+    """The step's admissions whose prefill is chunked, each with the tokens it holds."""
+    found = []
+    for e in frame.detail.scheduled:
+        if e.kind == "running" or not e.new_blocks:
+            continue
+        length = next(n for r, n, _ in frame.detail.lookups if r == e.req_id)
+        if e.computed + e.tokens < length:
+            found.append((e, length))
+    return found
 
 
 def first_own_hit(frames: list[IterationFrame]) -> tuple[int, int, tuple[int, ...]] | None:
@@ -184,3 +194,17 @@ def first_own_hit(frames: list[IterationFrame]) -> tuple[int, int, tuple[int, ..
             req_id, blocks = next(iter(frame.own_hits.items()))
             return k, req_id, blocks
     return None
+
+
+def event_steps(frames: list[IterationFrame]) -> list[tuple[int, str]]:
+    """The run's notable steps, (step, short label), for "Next event": a preemption, a chunked
+    prefill's admission, a re-admission that hits its own cached blocks."""
+    events = []
+    for k, frame in enumerate(frames):
+        if frame.record.preempted_ids:
+            events.append((k, "preemption"))
+        if _chunked_admissions(frame):
+            events.append((k, "chunked prefill"))
+        if frame.own_hits:
+            events.append((k, "own blocks hit"))
+    return events

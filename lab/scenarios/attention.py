@@ -142,3 +142,14 @@ class AttentionStory(Story[AttentionFrame]):
         if frame.step > 1 and s.running_max > frame.softmax[frame.step - 2].running_max:
             line += " A larger score arrived, so what was summed so far is rescaled."
         return [line]
+
+
+def event_steps(frames: tuple[AttentionFrame, ...]) -> list[tuple[int, str]]:
+    """The read's notable steps, (step, short label), for "Next event": a block whose larger
+    score rescales what was summed so far, and the last block read."""
+    events = [(f.step, f"rescale at L{f.step - 1}") for f in frames
+              if f.step > 1 and f.softmax[f.step - 1].running_max
+              > f.softmax[f.step - 2].running_max]
+    if len(frames) > 1:
+        events.append((frames[-1].step, "last block read"))
+    return events

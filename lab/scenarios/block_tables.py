@@ -229,3 +229,20 @@ class BlockTablesStory(Story[WalkFrame]):
         if not frame.seq_names and frame.left:
             lines.append("Every request has finished: the pool is empty again.")
         return lines
+
+
+def event_steps(frames: tuple[WalkFrame, ...]) -> list[tuple[int, str]]:
+    """The walk's notable steps, (step, short label), for "Next event": a request arriving, a
+    request taking a new block while it decodes, a request leaving (its blocks freed)."""
+    events = []
+    for frame in frames[1:]:
+        arrived = {request_name(r.req_id) for r in frame.requests
+                   if int(r.arrival_s) == frame.step}
+        names = frame.seq_names | frame.left
+        for e in frame.events:
+            name = names.get(e.seq_id, "")
+            if e.kind == "allocate" and name not in arrived:
+                events.append((frame.step, f"new block ({name})"))
+        events += [(frame.step, f"{name} arrives") for name in sorted(arrived)]
+        events += [(frame.step, f"{name} leaves") for name in sorted(frame.left.values())]
+    return list(dict.fromkeys(events))

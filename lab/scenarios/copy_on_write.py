@@ -124,3 +124,15 @@ class CopyOnWriteStory(Story[BranchFrame]):
         mode = self.config.mode
         return ([f"V0: {line}" for line in v0_lines(frame.v0, frame, mode)]
                 + [f"V1: {line}" for line in v1_lines(frame.v1, frame, mode)])
+
+
+def event_steps(frames: tuple[BranchFrame, ...], mode: Mode) -> list[tuple[int, str]]:
+    """The story's notable steps, (step, short label), for "Next event": a copy-on-write copy
+    (vLLM V0), a branch that finishes (sampling) or beams dropped (beam search)."""
+    events = []
+    for before, f in zip(frames, frames[1:]):
+        if any(e.kind == "copy" for e in f.v0.events):
+            events.append((f.step, "copy-on-write"))
+        if set(f.finished) - set(before.finished):
+            events.append((f.step, "beams dropped" if mode == "beam" else "a branch ends"))
+    return events

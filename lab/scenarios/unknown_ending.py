@@ -131,12 +131,15 @@ class UnknownEndingStory(Story[EndingFrame]):
     def first_growth(self, frames: tuple[EndingFrame, ...], req_id: int) -> int:
         """The first step the contiguous server grows or moves the request (or, if it never
         does, the step it finishes): where the page starts to show how it grows."""
-        for f in frames:
-            log = f.logs["contiguous"]
-            if any(g.req_id == req_id for g in (*log.moves, *log.growths)) or any(
-                    r == req_id for r, *_ in log.finished):
-                return f.step
-        return frames[-1].step
+        return self._growth_steps(frames, req_id)[0]
+
+    def _growth_steps(self, frames: tuple[EndingFrame, ...], req_id: int) -> list[int]:
+        grown = [f.step for f in frames
+                 if any(g.req_id == req_id for g in (*f.logs["contiguous"].moves,
+                                                     *f.logs["contiguous"].growths))]
+        finished = [f.step for f in frames
+                    if any(r == req_id for r, *_ in f.logs["contiguous"].finished)]
+        return grown or finished[:1] or [frames[-1].step]
 
     def caption(self, frame: EndingFrame) -> list[str]:
         """What each server did: preemptions, growth (in place, or a move with the bytes it
@@ -214,3 +217,15 @@ def _finish_lines(label: str, finished: tuple[tuple[int, int, int], ...],
     return [f"{label}: {_r(r)} stops after {specs[r].output_len} output tokens (only now does "
             f"the server learn its length) and frees its {slots} slots, {slots - held} of "
             "them never used." for r, slots, held in finished]
+
+
+def event_steps(frames: tuple[EndingFrame, ...]) -> list[tuple[int, str]]:
+    """The story's notable steps, (step, short label), for "Next event": a contiguous move (K/V
+    copied), a preemption on either server."""
+    events = []
+    for f in frames:
+        c, p = f.logs["contiguous"], f.logs["paged"]
+        events += [(f.step, f"R{m.req_id} moves") for m in c.moves]
+        if c.preempted or p.preempted:
+            events.append((f.step, "preemption"))
+    return list(dict.fromkeys(events))

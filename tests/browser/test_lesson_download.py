@@ -148,6 +148,39 @@ def test_every_walkthrough_page_downloads_a_lesson_that_opens_offline(
         context.close()
 
 
+@pytest.mark.parametrize("name, query", [("copy_on_write", ""),
+                                         ("copy_on_write", "?mode=Beam+search"),
+                                         ("scheduler", ""), ("unknown_ending", "?requests=2")])
+def test_the_stepped_pages_download_a_lesson_that_asks_and_plays_offline(
+        browser, page, app_url: str, tmp_path: Path, name: str, query: str) -> None:
+    """Copy-on-write, Admission control's step-through view and the unknown ending: their
+    lesson opens offline, asks its question before its step and holds that step back, and a
+    Step changes the figure and the caption."""
+    lesson = download_lesson(page, app_url, name, tmp_path, query)
+    assert lesson.stat().st_size <= 5_000_000
+    context, tab, attempted, errors = offline(browser, tmp_path, lesson)
+    try:
+        first, seen = shown(tab), []
+        assert first["drawn"] and first["caption"].strip()
+        for _ in range(300):
+            now = shown(tab)
+            if now["questions"] and now["held"]:  # at the step that answers it: held back
+                seen.append(now["label"])
+                tab.locator(".question .show").first.click()
+                assert shown(tab)["held"] == 0
+            if tab.locator("#step").is_disabled():
+                break
+            tab.click("#step")
+        assert seen, "the lesson never asked its question"
+        last = shown(tab)
+        assert last["label"] != first["label"] and last["figure"] != first["figure"]
+        assert last["caption"] != first["caption"]
+        assert attempted == [] and tab.evaluate("window.__refused || []") == []
+        assert errors == []
+    finally:
+        context.close()
+
+
 def test_a_lesson_asks_as_its_page_does_one_admission_at_a_time(browser, page, app_url: str,
                                                                  tmp_path: Path) -> None:
     """Prefix cache asks about the next admission only: a question left unanswered is gone

@@ -11,7 +11,8 @@ from tests.browser.harness import click_control, exceptions, open_page, wait_set
 pytestmark = pytest.mark.browser
 # Every numeric question: the page (at a step where it is asked) and its key.
 NUMERIC = [("block_tables?step=3", "bt_blocks"), ("block_tables?step=4", "bt_tail"),
-           ("fragmentation", "frag_peak"), ("copy_on_write", "cow_copies_n4_p30_t12_b16_k32_s0"),
+           ("fragmentation", "frag_peak"),
+           ("copy_on_write", "cow_copies_parallel_n4_p30_t12_b16_k32_s0"),
            ("prefix_cache?step=3", "prefix_hits"), ("calculator", "calc_bytes")]
 HELD = '[class*="st-key-lab_held_"]'
 
@@ -82,9 +83,9 @@ def test_a_new_setting_asks_again(page, app_url: str) -> None:
                  has_text="Settings").first.click()
     thumb = page.locator(".st-key-output_len input")  # the slider's range input
     thumb.focus()
-    thumb.press("ArrowRight")  # output 4 -> 5 tokens: a new ending, so a new answer
-    wait_settled(page)
-    assert "output_len=5" in page.url
+    thumb.press("ArrowLeft")  # output 4 -> 3 tokens: a new ending (asked at step 3, answered
+    wait_settled(page)  # at step 4, where the page is), so a new answer
+    assert "output_len=3" in page.url
     alerts = " ".join(page.locator('[data-testid="stAlert"]').all_inner_texts())
     assert "The engine says" not in alerts  # the old answer is gone: asked again
     assert page.locator(".st-key-bt_tail_guess input").count() == 1
