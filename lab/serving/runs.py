@@ -16,11 +16,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
+import numpy as np
+
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import Cost
 from lab.serving.metrics import Summary, summarize
+from lab.serving.request import RequestState
 from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import RequestSpec
+from lab.sizing.capacity import CapacitySheet, capacity_sheet, load_gpus
+from lab.sizing.kv_formula import kv_layout
+from lab.sizing.model_spec import ModelSpec
 
 T = TypeVar("T")
 Progress = Callable[[float], None] | None
@@ -37,6 +43,10 @@ BYTES_PER_TOKEN, BYTES_PER_ITERATION, BYTES_PER_REQUEST = 72, 500, 1000
 MAX_VIEW_SECONDS = 12.0  # CPU seconds a view's replays may take in all (the default chain: ~10)
 MAX_REPLAY_BYTES = 256 << 20  # memory one replay may hold
 MAX_ITERATIONS = int(2 * MAX_VIEW_SECONDS / SECONDS_PER_ITERATION)  # the Budget's hard stop
+# The card's pool as the memory calculator sizes it by default: vLLM's gpu_memory_utilization
+# default, and a non-KV reserve for activations, the runtime and CUDA graphs.
+CARD_UTILIZATION, CARD_RESERVE_BYTES = 0.9, 2 << 30
+PERCENTS = np.linspace(0.0, 100.0, 201)  # the percentiles a latency distribution is kept at
 
 
 class ReplayTooLong(ValueError):
@@ -158,6 +168,36 @@ def replay_engines(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost
     paged = replace(cfg, allocator="paged")
     configs = {e: paged.as_engine(e, v0_preemption) for e in ENGINES}
     return replay_each(requests, configs, cost, seed, keep, progress)
+
+
+def card_sheet(spec: ModelSpec, gpu_name: str, block_size: int) -> CapacitySheet:
+    """The memory calculator's sheet for `spec` on one `gpu_name`: the KV blocks that card
+    holds for that model (its num_blocks: 0 when the weights and reserve alone do not fit)."""
+    return capacity_sheet(kv_layout(spec), gpu_bytes=load_gpus()[gpu_name].memory_bytes,
+                          utilization=CARD_UTILIZATION, weight_bytes=spec.weight_bytes(1),
+                          reserve_bytes=CARD_RESERVE_BYTES, block_size=block_size,
+                          context=block_size)
+
+
+@dataclass(frozen=True)
+class Latencies:
+    """One replay's latency distributions, each as its percentiles at PERCENTS (simulated s)."""
+
+    ttft_s: np.ndarray  # (201,) over finished requests: arrival -> first output token
+    itl_s: np.ndarray  # (201,) over every gap between two consecutive tokens of one request
+    requests: int  # finished requests behind ttft_s
+    gaps: int  # token gaps behind itl_s
+
+    @staticmethod
+    def of(sched: Scheduler) -> Latencies:
+        done = [q for q in sched.requests.values() if q.state is RequestState.FINISHED]
+        ttft = np.asarray([q.first_token_s - q.spec.arrival_s for q in done], dtype=float)
+        itl = np.concatenate(sched.itl) if sched.itl else np.zeros(0)
+
+        def spread(a: np.ndarray) -> np.ndarray:
+            return np.percentile(a, PERCENTS) if a.size else np.zeros(0)
+
+        return Latencies(spread(ttft), spread(itl), int(ttft.size), int(itl.size))
 
 
 @dataclass(frozen=True)
