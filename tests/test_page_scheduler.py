@@ -7,8 +7,8 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from lab.scenarios.admission_control import AdmissionControlStory, next_preemption
-from lab.serving.workloads import from_preset
 from lab.serving.runs import card_sheet
+from lab.serving.workloads import from_preset
 from lab.sizing.model_spec import load_presets
 from tests.page_helpers import figures
 from tests.scheduler_helpers import config, llama_h100
@@ -143,6 +143,8 @@ def test_sweeps_run_on_request() -> None:
     at.button(key="sched_sweep_pool").click().run()
     assert not at.exception
     assert list(figures(at)) == ["sched_bs_fig", "sched_pool_fig"]  # the two sweeps
+    lines = {t["name"] for t in figures(at)["sched_pool_fig"]["data"]}
+    assert lines == {"contiguous, V1", "paged, V1", "paged, V0 swap"}  # V0 beside V1
 
 
 def test_the_victim_is_asked_the_iteration_before_it_is_preempted() -> None:
@@ -199,7 +201,11 @@ def test_replay_compares_vllm_v1_with_v0_on_request() -> None:
     assert not at.exception and not at.error
     at.button(key="sched_engines_run").click().run()
     assert not at.exception and not at.error
-    assert "sched_engines_latency" in figures(at)
+    latency = figures(at)["sched_engines_latency"]
+    names = {t["name"] for t in latency["data"] if t["mode"] == "lines"}
+    assert names == {"vLLM V1 (0.33)", "vLLM V0 (the paper, 2023)"}
+    axes = [latency["layout"][a]["title"]["text"] for a in ("xaxis", "xaxis2")]
+    assert axes == ["seconds (simulated)", "milliseconds (simulated)"]  # TTFT s, ITL ms
     table = at.dataframe[-1].value
     assert list(table["engine"]) == ["vLLM V1 (0.33)", "vLLM V0 (the paper, 2023)"]
     v1, v0 = (table.iloc[i] for i in range(2))

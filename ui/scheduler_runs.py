@@ -96,8 +96,11 @@ def runs_kept(key: str, requests: Requests, configs: dict[Hashable, SchedulerCon
                 return keep(replay(requests, c, cost, seed, fraction, budget))
 
             twin = None if same is None else same(name, done)
-            done[name] = (done[twin] if twin is not None
-                          else per_user(f"{key}_{i}", (requests, c, cost, seed), make))
+            if twin is None:
+                done[name] = per_user(f"{key}_{i}", (requests, c, cost, seed), make)
+            else:
+                done[name] = done[twin]
+                bar.progress((i + 1) / len(configs), text=label)
             if show is not None and i < len(configs) - 1:
                 show(done)
     except ReplayTooLong as err:
@@ -305,7 +308,7 @@ def sweeps_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, se
     left, right = st.columns(2)
     if left.button("Sweep block size (1 to 256, same bytes)", key="sched_sweep_bs"):
         st.session_state["sched_bs_params"] = (requests, cfg, cost, seed)
-    if right.button("Sweep pool size (¼× to 4×)", key="sched_sweep_pool"):
+    if right.button("Sweep pool size (¼× to 4×), vLLM V0 beside V1", key="sched_sweep_pool"):
         st.session_state["sched_pool_params"] = (requests, cfg, cost, seed)
     if st.session_state.get("sched_bs_params") == (requests, cfg, cost, seed):
         sizes = sorted(BLOCK_SIZES, key=lambda b: abs(b.bit_length() - 5))  # 16 first
@@ -339,6 +342,12 @@ def sweeps_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, se
     if st.session_state.get("sched_pool_params") == (requests, cfg, cost, seed):
         points = kept("sched_pool", (requests, cfg, cost, seed),
                       lambda pr: pool_size_sweep(requests, cfg, cost, seed, progress=pr),
-                      "Replaying at 5 pool sizes on both allocators…")
+                      "Replaying at 5 pool sizes: both allocators, and the paged pool under "
+                      "the other engine…")
         if points is not None:
             show_figure(sweep_figure(points, "pool size (blocks)"), key="sched_pool_fig")
+            explain("The dotted line is the paged pool under the other engine: vLLM V0 "
+                    "preempting by swap beside V1's recompute (or V1 beside V0, with Engine set "
+                    "to V0). Where the pool is short, V0's swaps move a victim's blocks to CPU "
+                    "memory and back instead of throwing its tokens away.",
+                    title="V0 beside V1 in the pool-size sweep")

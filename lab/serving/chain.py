@@ -114,6 +114,8 @@ def batch_chain(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: C
             s, peaks[i] = summarize(sched), peak_seats(sched)
         else:
             s = runs[same][1]
+            if progress is not None:
+                progress((i + 1) / len(plan))
         runs.append((run_cfg, s))
     return chain_rows(runs, cfg, itl_target_s)
 

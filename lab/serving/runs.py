@@ -212,22 +212,23 @@ class SweepPoint:
     finished: int
     rejected: int
     ttft_p90: float
+    series: str  # its line in a figure: the allocator, and the engine where a sweep has two
 
 
-def sweep_point(c: SchedulerConfig, x: int, s: Summary) -> SweepPoint:
+def sweep_point(c: SchedulerConfig, x: int, s: Summary, series: str | None = None) -> SweepPoint:
     return SweepPoint(c.allocator, x, c.num_blocks, c.block_size, s.throughput_tok_s,
                       s.mean_waste_slots / c.capacity_slots, s.preemptions, s.finished,
-                      s.rejected, s.ttft.p90)
+                      s.rejected, s.ttft.p90, series or c.allocator)
 
 
 def _sweep(requests, configs: list[SchedulerConfig], xs: list[int], cost: Cost, seed: int,
-           progress: Progress) -> list[SweepPoint]:
+           progress: Progress, series: list[str] | None = None) -> list[SweepPoint]:
     check_work(requests, configs)
     points, budget = [], Budget()
     for i, (x, c) in enumerate(zip(xs, configs)):
         s = summarize(replay(requests, c, cost, seed, part_progress(progress, i, len(configs)),
                              budget))
-        points.append(sweep_point(c, x, s))
+        points.append(sweep_point(c, x, s, series[i] if series else None))
     return points
 
 
@@ -249,11 +250,22 @@ def block_size_sweep(requests, cfg: SchedulerConfig, cost: Cost, seed: int,
 def pool_size_sweep(requests, cfg: SchedulerConfig, cost: Cost, seed: int,
                     fractions: tuple[float, ...] = POOL_FRACTIONS,
                     progress: Progress = None) -> list[SweepPoint]:
-    """Both allocators on pools of `fractions` x cfg's blocks."""
-    configs, xs = [], []
-    for allocator in ALLOCATORS:
+    """Both allocators on pools of `fractions` x cfg's blocks under cfg's engine, and the
+    paged pool under the other one (vLLM V0 preempting by swap beside V1, or V1 beside V0) at
+    that engine's default watermark."""
+    other = replace(cfg, allocator="paged").as_engine(
+        "v0" if cfg.engine == "v1" else "v1", "swap" if cfg.engine == "v1" else None)
+    lines = [(replace(cfg, allocator=a), a) for a in ALLOCATORS] + [(other, "paged")]
+    configs, xs, series = [], [], []
+    for base, allocator in lines:
         for f in fractions:
             blocks = max(1, round(cfg.num_blocks * f))
-            configs.append(replace(cfg.with_pool(num_blocks=blocks), allocator=allocator))
+            configs.append(base.with_pool(num_blocks=blocks))
             xs.append(blocks)
-    return _sweep(requests, configs, xs, cost, seed, progress)
+            series.append(f"{allocator}, {engine_name(base)}")
+    return _sweep(requests, configs, xs, cost, seed, progress, series)
+
+
+def engine_name(cfg: SchedulerConfig) -> str:
+    """The engine in a few words: V1, or V0 and how it preempts."""
+    return "V1" if cfg.engine == "v1" else f"V0 {cfg.preemption_mode}"
