@@ -139,6 +139,11 @@ def _keep_engine(sched: Any) -> tuple[Summary, Latencies]:
 
 
 def replay_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, seed: int) -> None:
+    explain("Both allocators replay the whole workload (allocator only, no kernel) on the same "
+            "pool, measured as a healthy server is watched: KV-cache usage, running and waiting"
+            " requests, preemptions, and the latencies a user feels, TTFT (arrival to first "
+            "token) and ITL (between two tokens of a request). Times are the cost model's "
+            "simulated seconds for the chosen model and GPU.")
     cfg = card_pool(cfg, "sched")
     d = workload_stats(requests)
     st.caption(f"{d['requests']:,} requests · prompt mean {d['prompt_mean']:.0f} (max "
