@@ -313,7 +313,7 @@ def sweeps_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, se
     left, right = st.columns(2)
     if left.button("Sweep block size (1 to 256, same bytes)", key="sched_sweep_bs"):
         st.session_state["sched_bs_params"] = (requests, cfg, cost, seed)
-    if right.button("Sweep pool size (¼× to 4×), vLLM V0 beside V1", key="sched_sweep_pool"):
+    if right.button("Sweep pool size (1/16× to 1×), vLLM V0 beside V1", key="sched_sweep_pool"):
         st.session_state["sched_pool_params"] = (requests, cfg, cost, seed)
     if st.session_state.get("sched_bs_params") == (requests, cfg, cost, seed):
         sizes = sorted(BLOCK_SIZES, key=lambda b: abs(b.bit_length() - 5))  # 16 first

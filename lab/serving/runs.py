@@ -31,7 +31,7 @@ from lab.sizing.model_spec import ModelSpec
 T = TypeVar("T")
 Progress = Callable[[float], None] | None
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-POOL_FRACTIONS = (0.25, 0.5, 1.0, 2.0, 4.0)
+POOL_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)  # of cfg's pool: a card's is all it holds
 ALLOCATORS = ("contiguous", "paged")
 ENGINES = ("v1", "v0")
 # What a replay costs on one core (bench/RESULTS.md, "Hostile input"): CPU seconds per
