@@ -19,7 +19,7 @@ def latency_figure(runs: Mapping[str, Latencies], colors: Mapping[str, str] | No
                    title: str = "Latency: TTFT over requests, ITL over token gaps"
                    ) -> go.Figure:
     """Each run's TTFT (s) and ITL (ms) as cumulative distributions: the share of requests
-    (or of gaps) at or under each latency, p50 / p90 / p99 marked."""
+    (or of gaps) at or under each latency, p50 / p90 / p99 marked on dotted levels."""
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=[
         "TTFT: arrival to first token (s)", "ITL: between two tokens of a request (ms)"])
     for i, (name, lat) in enumerate(runs.items()):
@@ -34,11 +34,14 @@ def latency_figure(runs: Mapping[str, Latencies], colors: Mapping[str, str] | No
                             hovertemplate=f"{name}: %{{y:.1f}}% of {what} at or under "
                                           f"%{{x:.3g}} {unit}<extra></extra>")
             marked = [int(p * 2) for p in MARKED]  # PERCENTS is every half percent
-            fig.add_scatter(x=x[marked], y=PERCENTS[marked], mode="markers+text",
-                            text=[f"p{p}" for p in MARKED], textposition="middle left",
+            fig.add_scatter(x=x[marked], y=PERCENTS[marked], mode="markers",
                             marker=dict(color=color, size=8), legendgroup=name,
-                            showlegend=False, row=1, col=col, hoverinfo="skip",
-                            textfont=dict(color=color, size=12))
+                            showlegend=False, row=1, col=col,
+                            hovertemplate=f"{name}: p%{{y:.0f}} %{{x:.3g}} {unit}<extra></extra>")
+    for p in MARKED:  # the percentiles' levels, named once at the right of each panel
+        fig.add_hline(y=p, line=dict(color="#999", width=1, dash="dot"), row="all", col="all",
+                      annotation_text=f"p{p}", annotation_position="right",
+                      annotation_font=dict(size=12, color="#666"))
     fig.update_yaxes(title_text="share at or under (%)", range=[0, 103], row=1, col=1)
     fig.update_yaxes(range=[0, 103], row=1, col=2)
     fig.update_xaxes(title_text="seconds (simulated)", rangemode="tozero", row=1, col=1)
