@@ -143,7 +143,7 @@ def replay_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, se
             "pool, measured as a healthy server is watched: KV-cache usage, running and waiting"
             " requests, preemptions, and the latencies a user feels, TTFT (arrival to first "
             "token) and ITL (between two tokens of a request). Times are the cost model's "
-            "simulated seconds for the chosen model and GPU.")
+            "simulated seconds for the chosen model and GPU.", title="What the replay measures")
     cfg = card_pool(cfg, "sched")
     d = workload_stats(requests)
     st.caption(f"{d['requests']:,} requests · prompt mean {d['prompt_mean']:.0f} (max "

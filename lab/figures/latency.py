@@ -38,9 +38,9 @@ def latency_figure(runs: Mapping[str, Latencies], colors: Mapping[str, str] | No
                             marker=dict(color=color, size=8), legendgroup=name,
                             showlegend=False, row=1, col=col,
                             hovertemplate=f"{name}: p%{{y:.0f}} %{{x:.3g}} {unit}<extra></extra>")
-    for p in MARKED:  # the percentiles' levels, named once at the right of each panel
+    for p in MARKED:  # the percentiles' levels, named once at the left of each panel
         fig.add_hline(y=p, line=dict(color="#999", width=1, dash="dot"), row="all", col="all",
-                      annotation_text=f"p{p}", annotation_position="right",
+                      annotation_text=f"p{p}", annotation_position="top left",
                       annotation_font=dict(size=12, color="#666"))
     fig.update_yaxes(title_text="share at or under (%)", range=[0, 103], row=1, col=1)
     fig.update_yaxes(range=[0, 103], row=1, col=2)
