@@ -72,8 +72,9 @@ def test_a_replay_past_its_budget_stops_with_a_message() -> None:
 def test_the_chain_reports_progress_within_each_replay() -> None:
     seen: list[float] = []
     batch_chain(from_preset("alpaca", 150, max_tokens=64), big(blocks=32, seats=8, budget=32),
-                llama_h100(), 0, 0.05, progress=seen.append)
-    assert len(seen) > 12 and seen == sorted(seen) and seen[-1] <= 1.0  # more than once a run
+                llama_h100(), 0, 0.05, seat_options=(2, 4),  # fewer seats: none stands in
+                progress=seen.append)
+    assert len(seen) > 6 and seen == sorted(seen) and seen[-1] <= 1.0  # more than once a run
 
 
 def test_the_fragmentation_estimate_refuses_what_would_not_end() -> None:

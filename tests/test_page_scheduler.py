@@ -7,7 +7,9 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from lab.scenarios.admission_control import AdmissionControlStory, next_preemption
+from lab.serving.runs import card_sheet
 from lab.serving.workloads import from_preset
+from lab.sizing.model_spec import load_presets
 from tests.page_helpers import figures
 from tests.scheduler_helpers import config, llama_h100
 from tests.test_vllm_metrics import CURRENT, LOG
@@ -66,6 +68,13 @@ def test_replay_and_chain_sections() -> None:
     labels = [m.label for m in at.metric]
     assert "paged: throughput" in labels and "contiguous: throughput" in labels
     assert len(at.dataframe) == 1
+    assert {"sched_latency", "sched_series"} <= set(figures(at))  # TTFT and ITL drawn
+    blocks = card_sheet(load_presets()["Llama-3.1-8B"], "H100 80 GB", 16).num_blocks
+    assert f"Pool: {blocks:,} blocks of 16 tokens" in text(at)  # the card's, not big_blocks
+    assert any(c.value.endswith(f"· {blocks:,} blocks") for c in at.caption)
+    assert not at.warning
+    at = run_page("scheduler.py", {**query, "sched_card_pool": "0"})
+    assert "A small pool:** 64 blocks, 0% of the 28,020" in at.warning[0].value
     at = run_page("scheduler.py", {**query, "sched_view": "Batch chain"})
     assert not at.exception
     assert "The chain and its verdict held back" in text(at)  # predict first
@@ -82,7 +91,8 @@ def test_the_chain_example_weakens_at_link_4() -> None:
     at = run_page("scheduler.py", {**query, "sched_view": "Batch chain"}, timeout=300)
     at.button(key="sched_chain_link_show").click().run()
     assert not at.exception
-    assert "Link 4 weakens" in at.warning[0].value
+    assert "A small pool:** 2,000 blocks" in at.warning[0].value  # the example's own pool
+    assert "Link 4 weakens" in at.warning[1].value
     assert "4. more throughput" in at.info[0].value
 
 
@@ -125,13 +135,16 @@ def test_compute_mode_shows_the_kernel_error() -> None:
 
 def test_sweeps_run_on_request() -> None:
     query = {"sched_view": "Sweeps", "big_workload": "Alpaca-like (synthetic)",
-             "big_requests": "30", "big_max_tokens": "64", "big_blocks": "64"}
+             "big_requests": "30", "big_max_tokens": "64", "big_blocks": "64",
+             "sched_card_pool": "0"}
     at = run_page("scheduler.py", query)
     assert not at.exception and not figures(at)
     at.button(key="sched_sweep_bs").click().run()
     at.button(key="sched_sweep_pool").click().run()
     assert not at.exception
     assert list(figures(at)) == ["sched_bs_fig", "sched_pool_fig"]  # the two sweeps
+    lines = {t["name"] for t in figures(at)["sched_pool_fig"]["data"]}
+    assert lines == {"contiguous, V1", "paged, V1", "paged, V0 swap"}  # V0 beside V1
 
 
 def test_the_victim_is_asked_the_iteration_before_it_is_preempted() -> None:
@@ -191,13 +204,20 @@ def test_the_chunk_question_is_asked_first_and_v0_runs_beside_v1() -> None:
 
 def test_replay_compares_vllm_v1_with_v0_on_request() -> None:
     query = {"sched_view": "Replay & metrics", "big_workload": "Alpaca-like (synthetic)",
-             "big_requests": "40", "big_max_tokens": "64", "big_blocks": "24"}
+             "big_requests": "40", "big_max_tokens": "64", "big_blocks": "24",
+             "sched_card_pool": "0"}
     at = run_page("scheduler.py", query)
     assert not at.exception and not at.error
     at.button(key="sched_engines_run").click().run()
     assert not at.exception and not at.error
+    latency = figures(at)["sched_engines_latency"]
+    names = {t["name"] for t in latency["data"] if t["mode"] == "lines"}
+    assert names == {"vLLM V1 (0.33)", "vLLM V0 (the paper, 2023)"}
+    axes = [latency["layout"][a]["title"]["text"] for a in ("xaxis", "xaxis2")]
+    assert axes == ["seconds (simulated)", "milliseconds (simulated)"]  # TTFT s, ITL ms
     table = at.dataframe[-1].value
     assert list(table["engine"]) == ["vLLM V1 (0.33)", "vLLM V0 (the paper, 2023)"]
     v1, v0 = (table.iloc[i] for i in range(2))
     assert v1["swapped MiB"] == 0 and v1["preemptions"] > 0  # V1 recomputes only
     assert v0["swapped MiB"] > 0  # V0 swaps by default here
+    assert v1["by swap"] == 0 and v0["by swap"] == v0["preemptions"]

@@ -17,14 +17,22 @@ from typing import Any
 
 import streamlit as st
 
-from lab.figures.scheduler import chain_figure, length_histograms, serving_timeseries, sweep_figure
-from lab.serving.chain import chain_plan, chain_rows, chain_verdict
+from lab.figures.latency import latency_figure
+from lab.figures.scheduler import (
+    COLORS,
+    chain_figure,
+    length_histograms,
+    serving_timeseries,
+    sweep_figure,
+)
+from lab.serving.chain import chain_plan, chain_rows, chain_verdict, peak_seats, same_replay
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import CostModel
 from lab.serving.metrics import Summary, series, summarize
 from lab.serving.runs import (
     BLOCK_SIZES,
     Budget,
+    Latencies,
     ReplayTooLong,
     block_size_configs,
     check_work,
@@ -37,6 +45,7 @@ from lab.serving.workloads import PRESETS, RequestSpec, workload_stats
 from ui.layout import explain, show_figure
 from ui.memo import per_user
 from ui.predict import Question, held_back
+from ui.scheduler_views import card_pool
 from ui.state import choice_param, int_param, set_param
 
 CHAIN_CHOICES = ("none: it held", "1. less waste", "2. more live sequences",
@@ -65,11 +74,14 @@ def kept(key: str, params: Hashable, compute: Callable[[Callable[[float], None]]
 
 def runs_kept(key: str, requests: Requests, configs: dict[Hashable, SchedulerConfig],
               cost: CostModel, seed: int, keep: Callable[[Any], Any], label: str,
-              show: Callable[[dict], None] | None = None) -> dict | None:
+              show: Callable[[dict], None] | None = None,
+              same: Callable[[Hashable, dict], Hashable | None] | None = None) -> dict | None:
     """keep(each config's replay), kept for this user run by run (a rerun that changes nothing
     runs nothing), the view's work checked and budgeted as one before the first starts;
     `show(the results so far)` after each run, so a first result is on the page long before
-    the last run ends. None, with the reason, when the view's work is refused."""
+    the last run ends. `same(name, the results so far)`: the name of a result already there
+    that this config's replay would repeat step for step (it is not run again), or None.
+    None, with the reason, when the view's work is refused."""
     try:
         check_work(requests, list(configs.values()))
     except ReplayTooLong as err:
@@ -83,7 +95,12 @@ def runs_kept(key: str, requests: Requests, configs: dict[Hashable, SchedulerCon
                                          len(configs))
                 return keep(replay(requests, c, cost, seed, fraction, budget))
 
-            done[name] = per_user(f"{key}_{i}", (requests, c, cost, seed), make)
+            twin = None if same is None else same(name, done)
+            if twin is None:
+                done[name] = per_user(f"{key}_{i}", (requests, c, cost, seed), make)
+            else:
+                done[name] = done[twin]
+                bar.progress((i + 1) / len(configs), text=label)
             if show is not None and i < len(configs) - 1:
                 show(done)
     except ReplayTooLong as err:
@@ -113,23 +130,39 @@ def _percentile_rows(summaries: dict[str, Summary]) -> list[dict[str, Any]]:
     return rows
 
 
+def _keep_replay(sched: Any) -> tuple[Summary, dict[str, Any], Latencies]:
+    return summarize(sched), _thin(series(sched)), Latencies.of(sched)
+
+
+def _keep_engine(sched: Any) -> tuple[Summary, Latencies]:
+    return summarize(sched), Latencies.of(sched)
+
+
 def replay_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, seed: int) -> None:
+    explain("Both allocators replay the whole workload (allocator only, no kernel) on the same "
+            "pool, measured as a healthy server is watched: KV-cache usage, running and waiting"
+            " requests, preemptions, and the latencies a user feels, TTFT (arrival to first "
+            "token) and ITL (between two tokens of a request). Times are the cost model's "
+            "simulated seconds for the chosen model and GPU.", title="What the replay measures")
+    cfg = card_pool(cfg, "sched")
     d = workload_stats(requests)
     st.caption(f"{d['requests']:,} requests · prompt mean {d['prompt_mean']:.0f} (max "
                f"{d['prompt_max']}) · output mean {d['output_mean']:.0f} (max {d['output_max']})"
-               f" · {cost.label} · {cfg.label}")
+               f" · {cost.label} · {cfg.label} · {cfg.num_blocks:,} blocks")
     first = st.empty()
 
     def show_first(done: dict) -> None:  # the paged replay, while the contiguous one runs
-        s = done["paged"]
-        first.info(f"paged: {s[0].throughput_tok_s:,.0f} tok/s, {s[0].preemptions:,} "
-                   f"preemptions, TTFT p50 {s[0].ttft.p50:.2f} s; the contiguous baseline is "
-                   "still replaying…", icon=":material/hourglass_top:")
+        s, _, lat = done["paged"]
+        with first.container():
+            st.info(f"paged: {s.throughput_tok_s:,.0f} tok/s, {s.preemptions:,} preemptions, "
+                    f"TTFT p50 {s.ttft.p50:.2f} s, ITL p90 {s.itl.p90 * 1e3:.1f} ms; the "
+                    "contiguous baseline is still replaying…", icon=":material/hourglass_top:")
+            show_figure(latency_figure({"paged": lat}, COLORS), key="sched_latency_first")
 
     results = runs_kept("sched_replay", requests,
                         {a: replace(cfg, allocator=a, explain=False) for a in ("paged",
                                                                               "contiguous")},
-                        cost, seed, lambda sched: (summarize(sched), _thin(series(sched))),
+                        cost, seed, _keep_replay,
                         "Replaying the workload on both allocators (allocator only)…",
                         show_first)
     first.empty()
@@ -147,10 +180,17 @@ def replay_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, se
                         f"{p.swapped_bytes / 2**20:,.1f} MiB swapped.")
     cols[3].metric("rejected (never fit)", f"{p.rejected} / {c.rejected}",
                    help="paged / contiguous: requests that could not fit even alone.")
-    show_figure(serving_timeseries({k: results[k][1] for k in summaries}), key="sched_series")
+    if p.preemptions == 0:
+        st.caption(f"Nothing was preempted: {cfg.num_blocks:,} blocks held what max_num_seqs "
+                   f"({cfg.max_num_seqs}) and the token budget let run. More requests or "
+                   "max_num_seqs, or a smaller pool (the calculator's off), make the pool the "
+                   "limit.")
+    show_figure(latency_figure({k: results[k][2] for k in summaries}, COLORS),
+                key="sched_latency")
     st.dataframe(_percentile_rows(summaries), hide_index=True, width="stretch",
                  column_config={k: st.column_config.NumberColumn(format="%.3f")
                                 for k in ("p50", "p90", "p99", "mean")})
+    show_figure(serving_timeseries({k: results[k][1] for k in summaries}), key="sched_series")
     show_figure(length_histograms(requests), key="sched_lengths")
     engines_section(requests, cfg, cost, seed)
 
@@ -165,30 +205,38 @@ def engines_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, s
     if right.button("Replay under both engines", key="sched_engines_run"):
         st.session_state["sched_engines_params"] = params
     if st.session_state.get("sched_engines_params") != params:
-        st.caption("Both paged, same pool, budget and seats, each at its own default "
-                   "watermark (V1: 0, V0: 1%).")
+        st.caption(f"Both paged, same pool ({cfg.num_blocks:,} blocks), budget and seats, each at"
+                   " its own default watermark (V1: 0, V0: 1%).")
         return
     paged = replace(cfg, allocator="paged", explain=False)
     configs = {e: paged.as_engine(e, mode) for e in ("v1", "v0")}
-    results = runs_kept("sched_engines", requests, configs, cost, seed, summarize,
+    results = runs_kept("sched_engines", requests, configs, cost, seed, _keep_engine,
                         "Replaying under vLLM V1 and vLLM V0…")
     if results is None:
         return
     rows = []
-    for engine, s in results.items():
+    for engine, (s, _) in results.items():
         rows.append({"engine": configs[engine].label, "preemptions": s.preemptions,
+                     "by recompute": s.preempt_recompute, "by swap": s.preempt_swap,
                      "recomputed tokens": s.recomputed_tokens,
                      "of those, prefix hits on re-admission": s.readmit_hit_tokens,
                      "swapped MiB": s.swapped_bytes / 2**20,
                      "TTFT p50 s": s.ttft.p50, "TTFT p90 s": s.ttft.p90,
-                     "ITL p90 ms": s.itl.p90 * 1e3, "throughput tok/s": s.throughput_tok_s})
+                     "ITL p50 ms": s.itl.p50 * 1e3, "ITL p90 ms": s.itl.p90 * 1e3,
+                     "ITL p99 ms": s.itl.p99 * 1e3, "throughput tok/s": s.throughput_tok_s})
     st.dataframe(rows, hide_index=True, width="stretch",
                  column_config={k: st.column_config.NumberColumn(format="%.2f")
                                 for k in ("swapped MiB", "TTFT p50 s", "TTFT p90 s",
-                                          "ITL p90 ms")})
+                                          "ITL p50 ms", "ITL p90 ms", "ITL p99 ms",
+                                          "throughput tok/s")})
+    show_figure(latency_figure({configs[e].label: lat for e, (_, lat) in results.items()},
+                               title="Latency under each engine: TTFT over requests, ITL over "
+                                     "token gaps"), key="sched_engines_latency")
     st.caption("Recomputed tokens are what recompute preemption threw away (V1's only kind); "
                "with prefix caching on, a re-admitted request finds part of them in its own "
-               "cached blocks. Swapped bytes moved to CPU memory and back are V0's other way.")
+               "cached blocks. Swapped bytes moved to CPU memory and back are V0's other way."
+               + ("" if cfg.enable_prefix_caching else " Prefix caching is off in the settings"
+                  " (vLLM V1's default is on), so a re-admission finds nothing cached."))
 
 
 def chain_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, seed: int) -> None:
@@ -196,22 +244,31 @@ def chain_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, see
                           min_value=1, max_value=1000, widget="number",
                           help="Inter-token latency: the time between two output tokens of one "
                                "request. p90: 9 in 10 of those gaps are shorter than this.")
+    cfg = card_pool(cfg, "sched")
     plan = chain_plan(cfg)
     first = st.empty()
 
     def show_first(done: dict) -> None:
-        lines = [f"{c.allocator} at max_num_seqs {c.max_num_seqs}: ITL p90 "
-                 f"{s.itl.p90 * 1e3:,.0f} ms" for c, s in zip(plan, done.values())]
-        first.info("Replayed so far (the verdict comes when all are done): "
-                   + "; ".join(lines), icon=":material/hourglass_top:")
+        with first.container():
+            st.info("Replayed so far; the verdict comes when all "
+                    f"{len(plan)} are done.", icon=":material/hourglass_top:")
+            st.dataframe([{"allocator": plan[i].allocator, "max_num_seqs": plan[i].max_num_seqs,
+                           "ITL p90 ms": round(s.itl.p90 * 1e3, 1),
+                           f"meets {target_ms} ms": bool(s.itl.p90 * 1e3 <= target_ms),
+                           "most running at once": peak} for i, (s, peak) in done.items()],
+                         hide_index=True)
 
-    runs = runs_kept("sched_chain", requests, dict(enumerate(plan)), cost, seed, summarize,
+    def same(i: int, done: dict) -> int | None:
+        return same_replay(plan, i, {j: peak for j, (_, peak) in done.items()})
+
+    runs = runs_kept("sched_chain", requests, dict(enumerate(plan)), cost, seed,
+                     lambda sched: (summarize(sched), peak_seats(sched)),
                      f"Running both allocators at {len(plan) // 2} values of max_num_seqs…",
-                     show_first)
+                     show_first, same)
     first.empty()
     if runs is None:
         return
-    rows = chain_rows(list(zip(plan, runs.values())), cfg, target_ms / 1e3)
+    rows = chain_rows([(c, s) for c, (s, _) in zip(plan, runs.values())], cfg, target_ms / 1e3)
     c, p = rows
     verdict = chain_verdict(c, p)
     question = Question(
@@ -230,17 +287,20 @@ def chain_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, see
     question.ask()
     st.button("Load an example where link 4 weakens", key="sched_chain_example",
               on_click=_example,
-              help="Alpaca-like, 2,000 requests, max_tokens 512, 2,000 blocks, max_num_seqs "
-                   "512, budget 4,096, Llama-3.1-8B on an H100, ITL target 100 ms.")
-    explain("Try the example, then give both allocators a pool of 200,000 blocks: they keep "
-            "the same sequences live and paging buys nothing.")
+              help="Alpaca-like, 2,000 requests, max_tokens 512, a pool of 2,000 blocks (not "
+                   "the calculator's), max_num_seqs 512, budget 4,096, Llama-3.1-8B on an H100, "
+                   "ITL target 100 ms.")
+    explain("Try the example (a small pool: the calculator's is off), then give both "
+            "allocators a pool of 200,000 blocks: they keep the same sequences live and paging "
+            "buys nothing. A max_num_seqs whose seats a replay never filled runs the same as "
+            "more seats would, so that replay stands for them and is not run again.")
 
 
 CHAIN_EXAMPLE = {  # tests/test_page_scheduler.py checks that its chain weakens at link 4
     "big_workload": PRESETS["alpaca"].label, "big_requests": 2000, "big_max_tokens": 512,
     "big_blocks": 2000, "big_block_size": 16, "big_seats": 512, "big_budget": 4096,
     "sched_model": "Llama-3.1-8B", "sched_gpu": "H100 80 GB", "sched_itl_target": 100,
-    "big_rate": 0.0}
+    "big_rate": 0.0, "sched_card_pool": False}
 
 
 def _example() -> None:
@@ -249,10 +309,11 @@ def _example() -> None:
 
 
 def sweeps_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, seed: int) -> None:
+    cfg = card_pool(cfg, "sched")
     left, right = st.columns(2)
     if left.button("Sweep block size (1 to 256, same bytes)", key="sched_sweep_bs"):
         st.session_state["sched_bs_params"] = (requests, cfg, cost, seed)
-    if right.button("Sweep pool size (¼× to 4×)", key="sched_sweep_pool"):
+    if right.button("Sweep pool size (1/16× to 1×), vLLM V0 beside V1", key="sched_sweep_pool"):
         st.session_state["sched_pool_params"] = (requests, cfg, cost, seed)
     if st.session_state.get("sched_bs_params") == (requests, cfg, cost, seed):
         sizes = sorted(BLOCK_SIZES, key=lambda b: abs(b.bit_length() - 5))  # 16 first
@@ -286,6 +347,12 @@ def sweeps_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, se
     if st.session_state.get("sched_pool_params") == (requests, cfg, cost, seed):
         points = kept("sched_pool", (requests, cfg, cost, seed),
                       lambda pr: pool_size_sweep(requests, cfg, cost, seed, progress=pr),
-                      "Replaying at 5 pool sizes on both allocators…")
+                      "Replaying at 5 pool sizes: both allocators, and the paged pool under "
+                      "the other engine…")
         if points is not None:
             show_figure(sweep_figure(points, "pool size (blocks)"), key="sched_pool_fig")
+            explain("The dotted line is the paged pool under the other engine: vLLM V0 "
+                    "preempting by swap beside V1's recompute (or V1 beside V0, with Engine set "
+                    "to V0). Where the pool is short, V0's swaps move a victim's blocks to CPU "
+                    "memory and back instead of throwing its tokens away.",
+                    title="V0 beside V1 in the pool-size sweep")

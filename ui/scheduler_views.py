@@ -8,8 +8,9 @@ from typing import Any
 
 import streamlit as st
 
-from lab.serving.config import COMPUTE_POOL, ENGINE_LABELS
+from lab.serving.config import COMPUTE_POOL, ENGINE_LABELS, SchedulerConfig
 from lab.serving.cost_model import CostModel, cost_model
+from lab.serving.runs import CARD_RESERVE_BYTES, CARD_UTILIZATION, card_sheet
 from lab.serving.workloads import (
     PRESETS,
     RequestSpec,
@@ -18,11 +19,12 @@ from lab.serving.workloads import (
     parse_csv,
     with_priorities,
 )
-from lab.sizing.capacity import load_gpus
+from lab.sizing.capacity import GIB, load_gpus
 from lab.sizing.model_spec import load_presets
 from ui.state import bool_param, choice_param, float_param, int_param
 
 CSV = "csv"
+CARD_MAX_BLOCKS = 200_000  # the largest pool the big views' Pool size setting takes
 Requests = tuple[RequestSpec, ...]
 ENGINES = {label: engine for engine, label in ENGINE_LABELS.items()}
 
@@ -152,3 +154,42 @@ def cost_widgets(prefix: str) -> CostModel:
     gpu = choice_param("GPU", f"{prefix}_gpu", list(load_gpus()), default="H100 80 GB",
                        container=right)
     return cost_model(load_presets()[model], gpu)
+
+
+def card_pool(cfg: SchedulerConfig, prefix: str) -> SchedulerConfig:
+    """cfg on the pool the memory calculator gives the model and GPU `cost_widgets(prefix)`
+    chose (a toggle, on by default); off, cfg's own pool, with a warning when it is smaller than
+    that card's (its preemptions are then a small pool's, not the card's)."""
+    model, gpu = st.session_state[f"{prefix}_model"], st.session_state[f"{prefix}_gpu"]
+    sheet = card_sheet(load_presets()[model], gpu, cfg.block_size)
+    card, blocks = f"{model} on one {gpu}", min(sheet.num_blocks, CARD_MAX_BLOCKS)
+    on = bool_param(
+        "Pool from the memory calculator", f"{prefix}_card_pool", default=True,
+        help="On: the KV blocks this GPU holds for this model, as the Memory calculator sizes "
+             "them. Off: the Pool size setting, e.g. a small pool to watch preemption.")
+    if on and blocks >= 4:
+        capped = (f", capped at {CARD_MAX_BLOCKS:,} of its {sheet.num_blocks:,}"
+                  if blocks < sheet.num_blocks else "")
+        st.caption(f"Pool: {blocks:,} blocks of {cfg.block_size} tokens "
+                   f"({blocks * cfg.block_size:,} tokens), what the memory calculator gives "
+                   f"{card}{capped}: "
+                   f"{CARD_UTILIZATION:.0%} of {sheet.gpu_bytes / GIB:,.1f} GiB, less "
+                   f"{sheet.weight_bytes / GIB:,.1f} GiB of weights and a "
+                   f"{CARD_RESERVE_BYTES / GIB:g} GiB non-KV reserve. The Pool size setting "
+                   "is not used while this is on.")
+        return cfg.with_pool(num_blocks=blocks)
+    if blocks < 4:
+        st.warning(f"{model}'s weights ({sheet.weight_bytes / GIB:,.1f} GiB) and the non-KV "
+                   f"reserve leave no room for KV blocks on one {gpu}, so this uses the Pool size"
+                   f" setting ({cfg.num_blocks:,} blocks): a pool that card could not hold.",
+                   icon=":material/memory:")
+    elif cfg.num_blocks < sheet.num_blocks:
+        share = cfg.num_blocks / sheet.num_blocks
+        st.warning(f"**A small pool:** {cfg.num_blocks:,} blocks, {share:.0%} of the "
+                   f"{sheet.num_blocks:,} that {card} holds. The preemptions and queueing "
+                   "below are this small pool's, not that card's: turn on 'Pool from the memory "
+                   "calculator' for the card's.", icon=":material/memory:")
+    else:
+        st.caption(f"Pool: the Pool size setting's {cfg.num_blocks:,} blocks, more than the "
+                   f"{sheet.num_blocks:,} that {card} holds.")
+    return cfg

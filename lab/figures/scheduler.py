@@ -97,13 +97,13 @@ def sweep_figure(points: Sequence[SweepPoint], x_title: str, log_x: bool = True)
     fig = make_subplots(rows=1, cols=3, subplot_titles=["throughput (output tok/s)",
                                                         "wasted KV (share of pool)",
                                                         "preemptions"])
-    for allocator in dict.fromkeys(p.allocator for p in points):
-        pts = [p for p in points if p.allocator == allocator]
+    for i, series in enumerate(dict.fromkeys(p.series for p in points)):
+        pts = [p for p in points if p.series == series]
+        line = dict(color=COLORS[pts[0].allocator], dash="dot" if i >= 2 else None)
         for col, key in enumerate(("throughput", "waste_share", "preemptions"), start=1):
             fig.add_scatter(x=[p.x for p in pts], y=[getattr(p, key) for p in pts],
-                            mode="lines+markers", name=allocator, legendgroup=allocator,
-                            showlegend=col == 1, line=dict(color=COLORS[allocator]),
-                            row=1, col=col)
+                            mode="lines+markers", name=series, legendgroup=series,
+                            showlegend=col == 1, line=line, row=1, col=col)
     ticks = sorted({p.x for p in points})
     fig.update_xaxes(title_text=x_title, type="log" if log_x else "linear", tickvals=ticks,
                      ticktext=[f"{t:,}" for t in ticks])

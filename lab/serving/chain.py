@@ -16,6 +16,7 @@ from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import Cost
 from lab.serving.metrics import Summary, summarize
 from lab.serving.runs import ALLOCATORS, Budget, Progress, check_work, part_progress, replay
+from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import RequestSpec
 
 SEAT_OPTIONS = (16, 32, 64, 128, 256)
@@ -60,6 +61,24 @@ def chain_plan(cfg: SchedulerConfig,
             for a in reversed(ALLOCATORS)]
 
 
+def peak_seats(sched: Scheduler) -> int:
+    """The most requests a replay ran at once: right after admission, those still running
+    at the step's end plus those that finished in it."""
+    return max((r.num_running + len(r.finished_ids) for r in sched.records), default=0)
+
+
+def same_replay(plan: list[SchedulerConfig], i: int, peaks: dict[int, int]) -> int | None:
+    """An earlier replay of `plan` (index: its peak_seats) that plan[i] repeats step for step,
+    or None. max_num_seqs is read only where admission stops for a full set of seats, so a
+    replay whose seats never filled would run the same with more of them."""
+    c = plan[i]
+    for j, peak in peaks.items():
+        d = plan[j]
+        if peak < d.max_num_seqs <= c.max_num_seqs and replace(d, max_num_seqs=c.max_num_seqs) == c:
+            return j
+    return None
+
+
 def chain_rows(runs: list[tuple[SchedulerConfig, Summary]], cfg: SchedulerConfig,
                itl_target_s: float) -> list[ChainRow]:
     """[contiguous, paged] from the chain's replays: each at its best max_num_seqs whose ITL
@@ -82,14 +101,21 @@ def chain_rows(runs: list[tuple[SchedulerConfig, Summary]], cfg: SchedulerConfig
 def batch_chain(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost, seed: int,
                 itl_target_s: float, seat_options: tuple[int, ...] = SEAT_OPTIONS,
                 progress: Progress = None) -> list[ChainRow]:
-    """The chain's replays (`chain_plan`), checked and budgeted as one view, and its rows
-    (`chain_rows`)."""
+    """The chain's replays (`chain_plan`, each one that `same_replay` finds already run taken
+    from it), checked and budgeted as one view, and its rows (`chain_rows`)."""
     plan = chain_plan(cfg, seat_options)
     check_work(requests, plan)
-    budget, runs = Budget(), []
+    budget, runs, peaks = Budget(), [], {}
     for i, run_cfg in enumerate(plan):
-        s = summarize(replay(requests, run_cfg, cost, seed, part_progress(progress, i, len(plan)),
-                             budget))
+        same = same_replay(plan, i, peaks)
+        if same is None:
+            sched = replay(requests, run_cfg, cost, seed, part_progress(progress, i, len(plan)),
+                           budget)
+            s, peaks[i] = summarize(sched), peak_seats(sched)
+        else:
+            s = runs[same][1]
+            if progress is not None:
+                progress((i + 1) / len(plan))
         runs.append((run_cfg, s))
     return chain_rows(runs, cfg, itl_target_s)
 

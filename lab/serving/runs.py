@@ -16,16 +16,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
+import numpy as np
+
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import Cost
 from lab.serving.metrics import Summary, summarize
+from lab.serving.request import RequestState
 from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import RequestSpec
+from lab.sizing.capacity import CapacitySheet, capacity_sheet, load_gpus
+from lab.sizing.kv_formula import kv_layout
+from lab.sizing.model_spec import ModelSpec
 
 T = TypeVar("T")
 Progress = Callable[[float], None] | None
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-POOL_FRACTIONS = (0.25, 0.5, 1.0, 2.0, 4.0)
+POOL_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)  # of cfg's pool: a card's is all it holds
 ALLOCATORS = ("contiguous", "paged")
 ENGINES = ("v1", "v0")
 # What a replay costs on one core (bench/RESULTS.md, "Hostile input"): CPU seconds per
@@ -37,6 +43,10 @@ BYTES_PER_TOKEN, BYTES_PER_ITERATION, BYTES_PER_REQUEST = 72, 500, 1000
 MAX_VIEW_SECONDS = 12.0  # CPU seconds a view's replays may take in all (the default chain: ~10)
 MAX_REPLAY_BYTES = 256 << 20  # memory one replay may hold
 MAX_ITERATIONS = int(2 * MAX_VIEW_SECONDS / SECONDS_PER_ITERATION)  # the Budget's hard stop
+# The card's pool as the memory calculator sizes it by default: vLLM's gpu_memory_utilization
+# default, and a non-KV reserve for activations, the runtime and CUDA graphs.
+CARD_UTILIZATION, CARD_RESERVE_BYTES = 0.9, 2 << 30
+PERCENTS = np.linspace(0.0, 100.0, 201)  # the percentiles a latency distribution is kept at
 
 
 class ReplayTooLong(ValueError):
@@ -160,6 +170,36 @@ def replay_engines(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost
     return replay_each(requests, configs, cost, seed, keep, progress)
 
 
+def card_sheet(spec: ModelSpec, gpu_name: str, block_size: int) -> CapacitySheet:
+    """The memory calculator's sheet for `spec` on one `gpu_name`: the KV blocks that card
+    holds for that model (its num_blocks: 0 when the weights and reserve alone do not fit)."""
+    return capacity_sheet(kv_layout(spec), gpu_bytes=load_gpus()[gpu_name].memory_bytes,
+                          utilization=CARD_UTILIZATION, weight_bytes=spec.weight_bytes(1),
+                          reserve_bytes=CARD_RESERVE_BYTES, block_size=block_size,
+                          context=block_size)
+
+
+@dataclass(frozen=True)
+class Latencies:
+    """One replay's latency distributions, each as its percentiles at PERCENTS (simulated s)."""
+
+    ttft_s: np.ndarray  # (201,) over finished requests: arrival -> first output token
+    itl_s: np.ndarray  # (201,) over every gap between two consecutive tokens of one request
+    requests: int  # finished requests behind ttft_s
+    gaps: int  # token gaps behind itl_s
+
+    @staticmethod
+    def of(sched: Scheduler) -> Latencies:
+        done = [q for q in sched.requests.values() if q.state is RequestState.FINISHED]
+        ttft = np.asarray([q.first_token_s - q.spec.arrival_s for q in done], dtype=float)
+        itl = np.concatenate(sched.itl) if sched.itl else np.zeros(0)
+
+        def spread(a: np.ndarray) -> np.ndarray:
+            return np.percentile(a, PERCENTS) if a.size else np.zeros(0)
+
+        return Latencies(spread(ttft), spread(itl), int(ttft.size), int(itl.size))
+
+
 @dataclass(frozen=True)
 class SweepPoint:
     allocator: str
@@ -172,22 +212,23 @@ class SweepPoint:
     finished: int
     rejected: int
     ttft_p90: float
+    series: str  # its line in a figure: the allocator, and the engine where a sweep has two
 
 
-def sweep_point(c: SchedulerConfig, x: int, s: Summary) -> SweepPoint:
+def sweep_point(c: SchedulerConfig, x: int, s: Summary, series: str | None = None) -> SweepPoint:
     return SweepPoint(c.allocator, x, c.num_blocks, c.block_size, s.throughput_tok_s,
                       s.mean_waste_slots / c.capacity_slots, s.preemptions, s.finished,
-                      s.rejected, s.ttft.p90)
+                      s.rejected, s.ttft.p90, series or c.allocator)
 
 
 def _sweep(requests, configs: list[SchedulerConfig], xs: list[int], cost: Cost, seed: int,
-           progress: Progress) -> list[SweepPoint]:
+           progress: Progress, series: list[str] | None = None) -> list[SweepPoint]:
     check_work(requests, configs)
     points, budget = [], Budget()
     for i, (x, c) in enumerate(zip(xs, configs)):
         s = summarize(replay(requests, c, cost, seed, part_progress(progress, i, len(configs)),
                              budget))
-        points.append(sweep_point(c, x, s))
+        points.append(sweep_point(c, x, s, series[i] if series else None))
     return points
 
 
@@ -209,11 +250,22 @@ def block_size_sweep(requests, cfg: SchedulerConfig, cost: Cost, seed: int,
 def pool_size_sweep(requests, cfg: SchedulerConfig, cost: Cost, seed: int,
                     fractions: tuple[float, ...] = POOL_FRACTIONS,
                     progress: Progress = None) -> list[SweepPoint]:
-    """Both allocators on pools of `fractions` x cfg's blocks."""
-    configs, xs = [], []
-    for allocator in ALLOCATORS:
+    """Both allocators on pools of `fractions` x cfg's blocks under cfg's engine, and the
+    paged pool under the other one (vLLM V0 preempting by swap beside V1, or V1 beside V0) at
+    that engine's default watermark."""
+    other = replace(cfg, allocator="paged").as_engine(
+        "v0" if cfg.engine == "v1" else "v1", "swap" if cfg.engine == "v1" else None)
+    lines = [(replace(cfg, allocator=a), a) for a in ALLOCATORS] + [(other, "paged")]
+    configs, xs, series = [], [], []
+    for base, allocator in lines:
         for f in fractions:
             blocks = max(1, round(cfg.num_blocks * f))
-            configs.append(replace(cfg.with_pool(num_blocks=blocks), allocator=allocator))
+            configs.append(base.with_pool(num_blocks=blocks))
             xs.append(blocks)
-    return _sweep(requests, configs, xs, cost, seed, progress)
+            series.append(f"{allocator}, {engine_name(base)}")
+    return _sweep(requests, configs, xs, cost, seed, progress, series)
+
+
+def engine_name(cfg: SchedulerConfig) -> str:
+    """The engine in a few words: V1, or V0 and how it preempts."""
+    return "V1" if cfg.engine == "v1" else f"V0 {cfg.preemption_mode}"

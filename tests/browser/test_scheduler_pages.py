@@ -31,6 +31,8 @@ def test_step_then_replay(page, app_url: str, tmp_path: Path) -> None:
     screenshot(page, tmp_path, "scheduler_replay")
     assert exceptions(page) == []
     assert page.get_by_text("What a healthy server watches").count() >= 1
+    assert page.get_by_text("Latency: TTFT over requests").count() >= 1  # TTFT and ITL drawn
+    assert page.get_by_text("Pool: 28,020 blocks of 16 tokens").count() == 1  # the card's
 
 
 def test_pasted_metrics(page, app_url: str, tmp_path: Path) -> None:
