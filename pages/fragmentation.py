@@ -172,10 +172,12 @@ def show_step(step: int) -> None:
     with parts.main:
         show_figure(view.figures["memory_maps"], key="frag_map", file_name="memory_maps",
                     main=True)
+        need = (f"{frame.next_reservation} slots" if frame.next_reservation else
+                "none now: nobody waits")
         st.caption("Solid: slots holding a token's K/V. Pale: reserved or allocated but empty "
                    "(internal fragmentation). Violet and hatched (\"hole\"): free holes too small "
-                   f"for the next reservation ({frame.next_reservation} slots; external "
-                   "fragmentation). White: free. Each request (R0, R1, ...) has its own colour, "
+                   f"for the next reservation ({need}; external fragmentation). White: free. "
+                   "Each request (R0, R1, ...) has its own colour, "
                    "the same in both rows (from R8 on, the colours again with stripes); a red "
                    "outline marks a request admitted at this step.")
     with parts.after:
