@@ -181,8 +181,9 @@ def show_step(step: int) -> None:
             "one at the front of the queue (red outline, **Evictions so far** + 1), and a later "
             "request with that prefix misses it.",
             title="Which free block goes first")
-        show_figure(view.figures["cache_over_time"], key="prefix_time",
-                    file_name="prefix_cache_over_time")
+        with held_back(not questions.hold, "the run so far", key="px_time"):
+            show_figure(view.figures["cache_over_time"], key="prefix_time",
+                        file_name="prefix_cache_over_time")
         for question in questions.later:
             question.ask()
         export_trace(story, step)

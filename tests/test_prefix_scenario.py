@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from lab.figures.prefix import cache_over_time
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.prefix_cache import (
     PrefixCacheStory,
@@ -255,3 +256,13 @@ def test_trace_export_replays_to_the_same_events():
     hits = [e for e in trace["paged"] if e["kind"] == "hit"]
     assert len(hits) * 16 == frames[6].hit_tokens  # one event per cached block reused
     assert max(e["step"] for e in trace["paged"]) <= 6
+
+
+def test_the_run_so_far_shows_no_later_step():
+    """The over-time figure stops at the step shown: the question's answer is not on it."""
+    frames = run(PrefixConfig(), 0)
+    figure = cache_over_time(list(frames), 9)
+    for trace in figure.data:
+        assert max(trace.x) == 9
+    assert list(figure.layout.xaxis.range) == [-0.5, len(frames) - 0.5]  # the axes stay put
+    assert cache_over_time(list(frames), 16).layout.yaxis2.range == figure.layout.yaxis2.range

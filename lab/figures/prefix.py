@@ -61,9 +61,16 @@ def hash_chain(admission: Admission) -> go.Figure:
 
 
 def cache_over_time(frames: list[PrefixFrame], step: int) -> go.Figure:
-    """Left: hit rate in prompt tokens so far. Right: cached free blocks and evictions."""
+    """Left: hit rate in prompt tokens so far. Right: cached free blocks and evictions. Drawn up
+    to `step` only, on axes for the whole run: a later step's hits are for the learner to
+    predict, not to read off."""
     layout = two_panels(("Hit rate, %", "Cached free, evicted"),
                         spacing=0.12)
+    for axis in ("xaxis", "xaxis2"):
+        layout[axis]["range"] = [-0.5, max(len(frames) - 0.5, 1)]
+    top = max((max(f.snapshot.usage.blocks_cached_free, f.evictions) for f in frames), default=0)
+    layout["yaxis2"]["range"] = [0, top + 1]
+    frames = frames[:step + 1]
     steps = [f.step for f in frames]
     traces = [
         dict(type="scatter", x=steps, y=[100 * f.hit_rate for f in frames], name="hit rate",
@@ -77,7 +84,6 @@ def cache_over_time(frames: list[PrefixFrame], step: int) -> go.Figure:
              line=dict(color=INK, dash=SERIES_DASHES[1], width=3, shape="hv"), xaxis="x2",
              yaxis="y2")]
     layout["yaxis"]["range"] = [0, 100]
-    layout["yaxis2"]["rangemode"] = "tozero"
     layout["bargap"] = 0.3
     return over_time_figure(traces, layout, step, step_axes=("x", "x2"), height=330,
                             margin=dict(l=50, r=20, t=64, b=45),
