@@ -69,7 +69,7 @@ def _hits_question() -> tuple[Question, int] | None:
         "prefix_hits", f"At step {asked.step} **R{a.req_id}** is admitted: app {app}'s "
         f"{system_len}-token system prompt, then its own question, {a.prompt_len} prompt tokens "
         f"in all, in blocks of {block_size}. How many of its prompt tokens will be found in the "
-        f"cache? The pool below is step {asked.step - 1}'s; a tile marked {app}·L0 holds block "
+        f"cache? The pool at step {asked.step - 1} decides it; a tile marked {app}·L0 holds block "
         f"L0 of app {app}'s system prompt (grey: free but still cached).",
         answer=a.hit_tokens,
         explanation=f"{asked.reason} Only full blocks whose whole chain is still cached can "

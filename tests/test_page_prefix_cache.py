@@ -63,7 +63,7 @@ def test_the_question_is_asked_once_the_step_before_its_admission(open_page) -> 
     assert asked(at)
     text = next(m.value for m in at.markdown if "How many of its prompt tokens" in m.value)
     for needed in ("step 10", "R5", "app B's 36-token system prompt", "43 prompt tokens",
-                   "blocks of 16", "step 9's", "B·L0"):
+                   "blocks of 16", "pool at step 9", "B·L0"):
         assert needed in text, needed
     at.button(key="prefix_hits_show").click().run()
     why = at.info[0].value
