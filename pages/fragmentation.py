@@ -7,13 +7,16 @@ from lab.figures.fragmentation import memory_maps, sweep_figure, timeline
 from lab.figures.lesson import StepView
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.fragmentation import (
+    DOUBLING,
     FragConfig,
     FragmentationStory,
     MemoryStats,
     block_size_sweep,
     comparable,
+    doubling_effect,
     finish_steps,
     finish_verdict,
+    run_waste,
 )
 from ui.chapters import chapter_strip, next_page
 from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
@@ -85,15 +88,32 @@ PEAK = Question(
                 f"{max(f.paged.running for f in all_frames)} at once: it stores only tokens "
                 "that exist, plus less than one block of tail per sequence.", context=story)
 sweep = block_size_sweep(requests)
-under = [row.block_size for row in sweep if row.tail_pct < 10]
+low = max(block_size, 2)  # a block of 1 has no empty tail to double
+effect, low_row, high_row = doubling_effect(sweep, low)
 TRADEOFF = Question(
-    "frag_block_size", "Which block size keeps the empty tail under 10% of the allocated slots "
-    "with the fewest block-table entries per sequence, on this workload?",
-    choices=[str(row.block_size) for row in sweep],
-    answer=str(max(under)) if under else str(sweep[0].block_size),
-    explanation="Below it the tail waste is smaller but every sequence needs more table entries "
-                "(and the allocator tracks more, smaller blocks); above it the last blocks waste "
-                "more than one slot in ten.", context=story)
+    "frag_doubling", f"Every sequence here holds its prompt (16-96 tokens) and then one "
+    f"to {max_output} output tokens, one block-table entry per {low}-token block, and its last "
+    f"block is partly empty. If the block size doubles from {low} to {2 * low}, what happens, "
+    "on average over this workload, to the block-table entries per sequence and to the empty "
+    "tail of the last block?",
+    choices=list(DOUBLING), answer=effect,
+    explanation=f"A sequence of n tokens needs about n / {low} entries, and its last block is "
+                f"on average about half empty. Measured here: {low_row.table_entries:.1f} → "
+                f"{high_row.table_entries:.1f} entries, {low_row.tail_slots:.1f} → "
+                f"{high_row.tail_slots:.1f} empty tail slots per sequence. Which size is right "
+                "is not settled by this: the guide says there is no universal block size; it "
+                "depends on the kernel, the model, the hardware and the lengths served, and comes "
+                "from replaying the workload.", context=story)
+WASTE = {name: run_waste(all_frames, name) for name in ("contiguous", "paged")}
+
+
+def wasted(name: str, s: MemoryStats, step: int) -> str:
+    """A system's waste at this step while it holds requests; once it has finished them all,
+    its waste over the run (an empty pool's 0% says nothing)."""
+    at = finished_at[name]
+    if at is not None and at <= step:
+        return f"{round(WASTE[name])}% avg"
+    return f"{round(s.wasted_pct)}%" if s.running else "idle"
 
 
 IDLE = ("The paged server runs no request at this step (it has finished them all, or none "
@@ -105,14 +125,14 @@ def step_view(step: int) -> StepView:
     frame = all_frames[step]
     c, p = frame.contiguous, frame.paged
     return StepView(
-        {"memory_maps": memory_maps(frame, cfg.capacity, block_size),
+        {"memory_maps": memory_maps(frame, cfg.capacity, block_size, finished_at),
          "timeline": timeline(all_frames, step)},
         story.caption(frame) or ["Every running request decodes one token; nobody is "
                                  "admitted or finishes."],
         {"Finished: contiguous": f"{c.finished} / {total}",
          "Finished: paged": f"{p.finished} / {total}",
-         "Wasted: contiguous": f"{round(c.wasted_pct)}%",
-         "Wasted: paged": f"{round(p.wasted_pct)}%"})
+         "Wasted: contiguous": wasted("contiguous", c, step),
+         "Wasted: paged": wasted("paged", p, step)})
 
 
 def show_step(step: int) -> None:
@@ -122,7 +142,7 @@ def show_step(step: int) -> None:
     with parts.caption:
         step_caption(step, list(view.caption))
     c, p = frame.contiguous, frame.paged
-    wasted_c, wasted_p = round(c.wasted_pct), round(p.wasted_pct)
+    both_done = all(at is not None and at <= step for at in finished_at.values())
     with parts.before:
         m1, m2, m3, m4 = st.columns(4)
         m1.metric("Finished: contiguous", view.counters["Finished: contiguous"],
@@ -131,14 +151,20 @@ def show_step(step: int) -> None:
                   delta=f"{p.finished - c.finished:+d} vs contiguous",
                   delta_color="normal" if p.finished != c.finished else "off",
                   help=f"Requests done by this step ({p.running} running, {p.waiting} waiting).")
+        avg = ("Once a system has finished its requests: its waste averaged over the steps "
+               "it held any (avg).")
         m3.metric("Wasted: contiguous", view.counters["Wasted: contiguous"],
-                  help="Internal + external fragmentation, as a share of the pool.")
-        same = comparable(c, p)
-        m4.metric("Wasted: paged", view.counters["Wasted: paged"],
-                  delta=f"{wasted_p - wasted_c:+d} points" if same else None,
-                  delta_color="inverse" if same and wasted_p != wasted_c else "off",
-                  help="Compared with contiguous only while both hold requests: an empty pool "
-                       "wastes nothing.")
+                  help=f"Internal + external fragmentation, as a share of the pool. {avg}")
+        if both_done:
+            points = round(WASTE["paged"]) - round(WASTE["contiguous"])
+            delta = f"{points:+d} points over the run"
+        else:
+            points = round(p.wasted_pct) - round(c.wasted_pct)
+            delta = f"{points:+d} points" if comparable(c, p) else None
+        m4.metric("Wasted: paged", view.counters["Wasted: paged"], delta=delta,
+                  delta_color="inverse" if delta and points else "off",
+                  help="Compared with contiguous while both hold requests, and at the end over "
+                       f"the whole run: an empty pool wastes nothing. {avg}")
         verdict = finish_verdict(step, finished_at, total)
         if verdict:
             st.caption(f":material/flag: {verdict}")
@@ -146,11 +172,14 @@ def show_step(step: int) -> None:
     with parts.main:
         show_figure(view.figures["memory_maps"], key="frag_map", file_name="memory_maps",
                     main=True)
+        need = (f"{frame.next_reservation} slots" if frame.next_reservation else
+                "none now: nobody waits")
         st.caption("Solid: slots holding a token's K/V. Pale: reserved or allocated but empty "
                    "(internal fragmentation). Violet and hatched (\"hole\"): free holes too small "
-                   f"for the next reservation ({frame.next_reservation} slots; external "
-                   "fragmentation). White: free. Each request (R0, R1, ...) keeps its colour "
-                   "in both rows; a red outline marks a request admitted at this step.")
+                   f"for the next reservation ({need}; external fragmentation). White: free. "
+                   "Each request (R0, R1, ...) has its own colour, "
+                   "the same in both rows (from R8 on, the colours again with stripes); a red "
+                   "outline marks a request admitted at this step.")
     with parts.after:
         # A static table: st.dataframe's interactive grid costs more to draw on every step.
         st.table(pd.DataFrame([_row("Contiguous", c), _row("Paged", p)])
@@ -178,7 +207,7 @@ explain(
     "Smaller blocks leave a smaller empty tail in each sequence's last block, but every "
     "sequence needs more block-table entries (and the allocator tracks more blocks). Larger "
     "blocks need fewer entries but waste more. The chart averages every request of this "
-    "workload over every length it passes through.",
+    "workload over every length it passes through; the block size in use has the ink outline.",
     title="Why the block size matters")
 with held_back(TRADEOFF.answered, "the block-size sweep", key="frag_sweep"):
     show_figure(sweep_figure(sweep, block_size), key="frag_sweep", file_name="block_size_sweep")

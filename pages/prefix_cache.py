@@ -6,7 +6,7 @@ from lab.figures.blocks import legend_markdown, pool_grid
 from lab.figures.lesson import StepView
 from lab.figures.prefix import cache_over_time, hash_chain
 from lab.memory.kv_pool import PoolConfig
-from lab.scenarios.prefix_cache import APP_NAMES, PrefixCacheStory, PrefixConfig
+from lab.scenarios.prefix_cache import APP_NAMES, PrefixCacheStory, PrefixConfig, hit_question
 from ui.chapters import chapter_strip, next_page
 from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
 from ui.predict import Question, gate, held_back
@@ -33,13 +33,19 @@ with settings_area:
     with settings(folded=True):
         left, middle, right = st.columns(3)
         block_size = choice_param("Block size (tokens per block)", "block_size", [4, 8, 16],
-                                  default=8, container=left)
-        num_blocks = int_param("Pool size (physical blocks)", "num_blocks", default=16, min_value=4,
+                                  default=16, container=left,
+                                  help="16, as in the guide's walkthrough.")
+        num_blocks = int_param("Pool size (physical blocks)", "num_blocks", default=8, min_value=4,
                                max_value=64, widget="number", container=left,
-                               help="A small pool forces evictions of cached blocks.")
-        system_len = int_param("System prompt length (tokens)", "system_len", default=20,
-                               min_value=1, max_value=64, container=middle)
-        num_apps = int_param("Apps (distinct system prompts)", "apps", default=2, min_value=1,
+                               help="8 by default: small enough that three apps' prompts do not "
+                                    "all stay cached, so some are evicted. A larger pool keeps "
+                                    "more cached.")
+        system_len = int_param("System prompt length (tokens)", "system_len", default=36,
+                               min_value=1, max_value=64, container=middle,
+                               help="36 by default: two full blocks of 16 that can be shared, "
+                                    "and 4 tokens that share a block with each request's own "
+                                    "question.")
+        num_apps = int_param("Apps (distinct system prompts)", "apps", default=3, min_value=1,
                              max_value=3, container=middle)
         num_requests = int_param("Requests", "requests", default=8, min_value=2, max_value=16,
                                  container=right)
@@ -53,27 +59,41 @@ story = PrefixCacheStory(cfg, seed())
 all_frames = frames(story)
 
 
-def hits_question(step: int) -> tuple[Question, int] | None:
-    """About the next admission, at this step or a later one: with the step that shows it."""
-    at = next((f.step for f in all_frames[step:] if f.admissions), None)
-    if at is None:
+def _hits_question() -> tuple[Question, int] | None:
+    """The story's one question (about the admission that teaches most), with its step."""
+    asked = hit_question(all_frames, block_size, system_len)
+    if asked is None:
         return None
-    upcoming = all_frames[at].admissions[0]
+    a, app = asked.admission, APP_NAMES[asked.admission.app]
     return Question(
-        "prefix_hits", f"The next request to be admitted, R{upcoming.req_id}, uses app "
-        f"{APP_NAMES[upcoming.app]} and has a {upcoming.prompt_len}-token prompt. How many of "
-        "its prompt tokens will be found in the cache?",
-        answer=upcoming.hit_tokens,
-        explanation="Only full blocks whose whole chain is still cached can hit, never the "
-                    "block holding the last prompt token; an evicted block ends the chain.",
-        context=(story, upcoming.req_id)), at
+        "prefix_hits", f"At step {asked.step} **R{a.req_id}** is admitted: app {app}'s "
+        f"{system_len}-token system prompt, then its own question, {a.prompt_len} prompt tokens "
+        f"in all, in blocks of {block_size}. How many of its prompt tokens will be found in the "
+        f"cache? The pool at step {asked.step - 1} decides it; a tile marked {app}·L0 holds block "
+        f"L0 of app {app}'s system prompt (grey: free but still cached).",
+        answer=a.hit_tokens,
+        explanation=f"{asked.reason} Only full blocks whose whole chain is still cached can "
+                    "hit, and never the block holding the last prompt token.",
+        context=story), asked.step
+
+
+HITS = _hits_question()
+
+
+def step_questions(step: int) -> list[tuple[Question, int]]:
+    """The question is open the step before its admission and at it, then closed."""
+    return [HITS] if HITS is not None and HITS[1] - 1 <= step <= HITS[1] else []
 
 
 def lesson_questions() -> list:
-    """Every admission's question, once, as the page asks them: each until its admission."""
-    asked = {at: question for question, at in filter(None, map(hits_question,
-                                                               range(len(all_frames))))}
-    return [lesson_question(question, at, until=at) for at, question in sorted(asked.items())]
+    return [lesson_question(HITS[0], HITS[1], until=HITS[1])] if HITS else []
+
+
+def pool_notes(frame) -> dict[int, str]:
+    """What a tile's block holds, where the owner does not say it: an app's system prompt
+    block (in use or cached), or, on a cached tile, the request whose own tokens it holds."""
+    states = {b.block_id: b.state for b in frame.snapshot.blocks}
+    return {b: held for b, held in frame.holds.items() if "·" in held or states[b] == "cached"}
 
 
 def step_view(step: int) -> StepView:
@@ -85,7 +105,7 @@ def step_view(step: int) -> StepView:
                      if link.status == "hit"}
                     | {e.block_id for e in frame.events if e.kind == "evict"})
     figures = {"pool": pool_grid(frame.snapshot, names, highlight=marked,
-                                 columns=8 if num_blocks <= 32 else 16,
+                                 columns=8 if num_blocks <= 32 else 16, notes=pool_notes(frame),
                                  title="KV pool (grey: free but cached)")}
     shown = frame.admissions[0] if frame.admissions else next(
         (f.admissions[0] for f in reversed(all_frames[:step]) if f.admissions), None)
@@ -106,8 +126,7 @@ def show_step(step: int) -> None:
     last = len(all_frames) - 1
     names = {seq: f"R{req}" for req, seq in frame.seq_of_request.items()}
     parts = step_parts()
-    asked = hits_question(step)
-    questions = gate([asked] if asked else [], step)
+    questions = gate(step_questions(step), step)
     with parts.caption:
         for question in questions.due:
             question.ask()
@@ -127,7 +146,8 @@ def show_step(step: int) -> None:
         show_figure(view.figures["pool"], key="prefix_pool", file_name="kv_pool", main=True)
     with parts.after:
         st.markdown(legend_markdown(frame.snapshot, names) + " &nbsp; red outline: hit or "
-                    "evicted at this step", unsafe_allow_html=True)
+                    "evicted at this step &nbsp; A·L0: block L0 of app A's system prompt; "
+                    "R3 on a grey tile: R3's own tokens", unsafe_allow_html=True)
         with st.container(), held_back(not questions.hold, "the hash chain", key="px_chain"):
             if "hash_chain" in view.figures:  # (one block with or without: later ones stay put)
                 show_figure(view.figures["hash_chain"], key="prefix_chain",
@@ -155,13 +175,13 @@ def show_step(step: int) -> None:
             "**front** and is reused before any cached block is evicted. The lab does what vLLM v1"
             " (0.33) does, checked operation by operation against traces recorded from vLLM's own "
             "KV cache manager; older vLLM (0.11, for one) put every freed block at the back and "
-            "evicted cached prefixes sooner. To see it, make the pool small (10 blocks) and step: "
+            "evicted cached prefixes sooner. The default pool of 8 blocks shows it as you step: "
             "after a request finishes, the next admission gets its partial block back, with no "
-            "eviction; only when none is left does an admission take a grey cached block, the "
-            "oldest first (red outline, **Evictions so far** + 1), and a later request with that "
-            "prefix misses it.",
+            "eviction; only when none is left does a new block come from a grey cached one, the "
+            "one at the front of the queue (red outline, **Evictions so far** + 1), and a later "
+            "request with that prefix misses it.",
             title="Which free block goes first")
-        with held_back(not questions.hold, "the cache over time", key="px_time"):
+        with held_back(not questions.hold, "the run so far", key="px_time"):
             show_figure(view.figures["cache_over_time"], key="prefix_time",
                         file_name="prefix_cache_over_time")
         for question in questions.later:

@@ -8,11 +8,17 @@ import pytest
 
 from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.fragmentation import (
+    DOUBLING,
     FragConfig,
     FragmentationStory,
     FragPlay,
+    MemoryStats,
     block_size_sweep,
+    blocked_by_holes,
+    doubling_effect,
+    event_steps,
     make_workload,
+    run_waste,
 )
 from lab.serving.workloads import RequestSpec
 
@@ -162,3 +168,79 @@ def test_trace_export_holds_both_systems_up_to_the_step():
         assert {e["step"] for e in trace[system]} <= set(range(6))
     reserved = [e for e in trace["contiguous"] if e["kind"] == "allocate"]
     assert reserved[0]["detail"] == {"start": 0, "reserved": 65 + 160}  # R0: prompt + max
+
+
+def test_the_story_ends_with_every_block_and_reservation_back_in_the_pool():
+    cfg = FragConfig()
+    story = FragmentationStory(cfg, 0)
+    frames = story.frames()
+    last = frames[-1]
+    for s in (last.contiguous, last.paged):
+        assert (s.free, s.used, s.internal, s.running, s.waiting) == (cfg.capacity, 0, 0, 0, 0)
+    assert last.regions == () and last.snapshot.usage.blocks_used == 0
+    assert any("back in the free pool" in line for line in story.caption(last))
+    assert not any("back in the free pool" in line for line in story.caption(frames[-2]))
+
+
+def test_run_waste_averages_only_the_steps_a_system_holds_requests():
+    def stats(running: int, internal: int) -> MemoryStats:
+        return MemoryStats(100, 10, internal, 90 - internal, 0, running, 0, 0)
+
+    class Frame:
+        def __init__(self, c: MemoryStats, p: MemoryStats) -> None:
+            self.contiguous, self.paged = c, p
+
+    frames = [Frame(stats(1, 50), stats(2, 4)), Frame(stats(1, 30), stats(0, 0)),
+              Frame(stats(0, 0), stats(0, 0))]
+    assert run_waste(frames, "contiguous") == pytest.approx(40.0)  # not (50 + 30 + 0) / 3
+    assert run_waste(frames, "paged") == pytest.approx(4.0)
+    default = FragmentationStory(FragConfig(), 0).frames()
+    assert run_waste(default, "contiguous") > 10 * run_waste(default, "paged") > 0
+
+
+def test_event_steps_name_finishes_failed_reservations_and_the_end():
+    story = FragmentationStory(FragConfig(), 0)
+    frames = story.frames()
+    events = dict(event_steps(frames))
+    assert list(events) == sorted(events)
+    finishing = {f.step for f in frames for r in f.records.values() if r and r.finished_ids}
+    assert finishing <= set(events)
+    assert "paged has finished all 12 requests" in events[72]
+    assert "contiguous has finished all 12 requests" in events[len(frames) - 1]
+    # A reservation that fails on holes is listed the step it starts failing, not every step.
+    blocked = [f.step for f in frames if blocked_by_holes(f.contiguous, f.next_reservation)]
+    assert blocked and "no hole holds the next reservation" in events[blocked[0]]
+    starts = [s for s in blocked if s - 1 not in blocked]
+    assert all("no hole" in events[s] for s in starts)
+    assert sum("no hole" in text for text in events.values()) == len(starts)
+    # Quiet steps are not events: stepping event to event skips the long decode stretches.
+    assert len(events) < len(frames) / 4
+
+
+def test_preemption_is_an_event():
+    cfg = FragConfig(PoolConfig(num_blocks=4, block_size=4), num_requests=2, prompt_min=4,
+                     prompt_max=4, mean_output=8, max_output=8)
+    frames = simulate(cfg, [req(0, 0, 4, 8), req(1, 0, 4, 8)])
+    first = next(f.step for f in frames if f.preemptions)
+    assert "preempted" in dict(event_steps(frames))[first]
+
+
+def test_doubling_the_block_size_halves_entries_and_doubles_the_tail():
+    requests, _ = run(FragConfig(), 0)
+    rows = block_size_sweep(requests)
+    for size in (4, 8, 16, 32):
+        effect, low, high = doubling_effect(rows, size)
+        assert (low.block_size, high.block_size) == (size, 2 * size)
+        assert effect == "entries about halve, the empty tail about doubles"
+        assert 0.4 < high.table_entries / low.table_entries < 0.7
+        assert 1.6 < high.tail_slots / low.tail_slots < 2.5
+    # One request of 17 then 18 tokens: at 16 it holds two blocks with 15, 14 empty slots, at
+    # 32 one block with the same 15, 14: the answer is the engine's, not a rule of thumb.
+    short = block_size_sweep((req(0, 0, 17, 1),), (16, 32))
+    assert doubling_effect(short, 16)[0] == ("entries about halve, the empty tail stays about "
+                                             "the same")
+    # Sequences shorter than half a block: the entries cannot halve (there is one).
+    tiny = block_size_sweep((req(0, 0, 3, 2),), (16, 32))
+    assert doubling_effect(tiny, 16)[0] == ("entries stay about the same, the empty tail about "
+                                            "doubles")
+    assert set(DOUBLING) >= {doubling_effect(rows, s)[0] for s in (2, 64)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from streamlit.testing.v1 import AppTest
 
 from lab.memory.kv_pool import PoolConfig
-from lab.scenarios.fragmentation import FragConfig, FragmentationStory
+from lab.scenarios.fragmentation import FragConfig, FragmentationStory, run_waste
 from tests.page_helpers import assert_link_keeps, figures, metrics
 
 PAGE = "pages/fragmentation.py"
@@ -72,3 +72,56 @@ def test_a_setting_that_changes_the_run_keeps_the_step(open_page) -> None:
     at.number_input(key="max_output").set_value(200).run()  # a longer run: a new slider range
     assert at.slider(key="step").max != last
     assert at.slider(key="step").value == 40
+
+
+def test_a_finished_side_says_so_and_the_end_gives_the_waste_over_the_run(open_page) -> None:
+    frames = list(FragmentationStory(FragConfig(), 0).frames())
+    paged_done = next(f.step for f in frames if f.paged.finished == 12)
+    at = open_page(step=str(paged_done + 8))  # contiguous still serving, paged done
+    shown = metrics(at)
+    assert shown["Wasted: paged"] == f"{round(run_waste(frames, 'paged'))}% avg"
+    assert shown["Wasted: contiguous"].endswith("%") and "avg" not in shown["Wasted: contiguous"]
+    notes = [a["text"] for a in figures(at)["frag_map"]["layout"]["annotations"]]
+    assert any(f"finished at step {paged_done}; every block is back" in t for t in notes)
+    last = len(frames) - 1
+    at.slider(key="step").set_value(last).run()
+    shown = metrics(at)
+    waste = {name: round(run_waste(frames, name)) for name in ("contiguous", "paged")}
+    assert shown["Wasted: contiguous"] == f"{waste['contiguous']}% avg"
+    assert shown["Wasted: paged"] == f"{waste['paged']}% avg"
+    assert waste["contiguous"] > waste["paged"] > 0  # not 0% / 0% of an empty pool
+    delta = next(m for m in at.metric if m.label == "Wasted: paged").delta
+    assert delta == f"{waste['paged'] - waste['contiguous']:+d} points over the run"
+    notes = [a["text"] for a in figures(at)["frag_map"]["layout"]["annotations"]]
+    assert sum("back in the free pool" in t for t in notes) == 2  # both rows say so
+    assert "every reservation and every block is back in the free pool" in " ".join(
+        m.value for m in at.markdown)
+
+
+def test_the_block_size_question_names_what_it_needs_and_endorses_no_size(open_page) -> None:
+    at = open_page()
+    question = next(r for r in at.radio if r.key == "frag_doubling_guess")
+    assert not any(option.isdigit() for option in question.options)  # not "pick a size"
+    text = " ".join(m.value for m in at.markdown)
+    assert "prompt (16-96 tokens)" in text and "one to 160 output tokens" in text
+    assert "from 16 to 32" in text
+    at.button(key="frag_doubling_show").click().run()
+    said = " ".join(i.value for i in at.info)
+    assert "entries about halve, the empty tail about doubles" in said
+    assert "no universal block size" in said
+    assert "5.3 → 2.9 entries" in said  # the engine's numbers for this workload
+
+
+def test_requests_past_the_palette_are_striped_not_repeated(open_page) -> None:
+    at = open_page(step="20")
+    bars = figures(at)["frag_map"]["data"][0]
+    looks = {}
+    for hover, color, pattern in zip(bars["hovertext"], bars["marker"]["color"],
+                                     bars["marker"]["pattern"]["shape"]):
+        if hover.startswith("R") and "stored" in hover:
+            looks[hover.split(":")[0]] = (color, pattern)
+        elif "of R" in hover and "filled" in hover:
+            looks[hover.split("of ")[1].split(":")[0]] = (color, pattern)
+    assert {"R3", "R11"} <= set(looks)  # both on the map at step 20
+    assert len(set(looks.values())) == len(looks)  # no two requests alike
+    assert looks["R11"][0] == looks["R3"][0] and looks["R11"][1] and not looks["R3"][1]

@@ -11,18 +11,23 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
+from pathlib import Path
 
 import pytest
 
+from lab.figures import style
 from lab.figures.style import (
     CACHED_COLOR,
     EXTERNAL_COLOR,
     FREE_COLOR,
     HIGHLIGHT_COLOR,
+    INK,
     PALE,
     PALETTE,
     SHARED_COLOR,
     lighten,
+    request_look,
 )
 
 MACHADO = {
@@ -89,3 +94,39 @@ def test_the_pool_grids_states_stay_apart(vision: str | None) -> None:
     for color in PALETTE:
         assert delta_e(SHARED_COLOR, color, vision) >= 10, color
     assert delta_e(HIGHLIGHT_COLOR, FREE_COLOR, vision) >= 40
+
+
+def test_request_colours_are_different_hues_with_normal_vision() -> None:
+    """Side by side with normal vision, no two request colours read as one (Okabe & Ito's blue
+    and sky blue, 26 apart, did: "R0 and R4 share a colour")."""
+    worst = min((delta_e(a, b, None), a, b) for a, b in itertools.combinations(PALETTE, 2))
+    assert worst[0] >= 30, worst
+
+
+def test_pale_reservations_of_neighbours_stay_apart() -> None:
+    """The fragmentation map puts one request's reserved-but-empty (pale) slots next to
+    another's, pale or solid; and a request's stored slots must differ from its own empty ones."""
+    pale = [lighten(c, PALE) for c in PALETTE]
+    assert min(delta_e(a, b, None) for a, b in itertools.combinations(pale, 2)) >= 12
+    assert min(delta_e(pale[i], PALETTE[j], None) for i in range(len(PALETTE))
+               for j in range(len(PALETTE)) if i != j) >= 25
+    assert min(delta_e(p, c, None) for p, c in zip(pale, PALETTE)) >= 15
+
+
+def test_every_request_looks_different() -> None:
+    """Past the palette a request is striped: forty requests, forty looks."""
+    looks = [request_look(i) for i in range(40)]
+    assert len(set(looks)) == 40
+    assert looks[0] == (PALETTE[0], "") and looks[len(PALETTE)] == (PALETTE[0], "/")
+
+
+def test_series_ink_is_no_request_colour() -> None:
+    assert INK not in PALETTE
+    assert min(delta_e(INK, c, None) for c in PALETTE) >= 15
+
+
+@pytest.mark.parametrize("module", ["fragmentation", "prefix"])
+def test_figures_take_every_colour_from_the_style_module(module: str) -> None:
+    """One meaning per colour across pages: a figure module names no colour of its own."""
+    source = (Path(style.__file__).parent / f"{module}.py").read_text()
+    assert re.findall(r"#[0-9A-Fa-f]{6}\b", source) == []

@@ -4,8 +4,16 @@ import json
 
 import pytest
 
+from lab.figures.prefix import cache_over_time
 from lab.memory.kv_pool import PoolConfig
-from lab.scenarios.prefix_cache import PrefixCacheStory, PrefixConfig, PrefixPlay, make_workload
+from lab.scenarios.prefix_cache import (
+    PrefixCacheStory,
+    PrefixConfig,
+    PrefixPlay,
+    event_steps,
+    hit_question,
+    make_workload,
+)
 from lab.serving.workloads import RequestSpec
 
 SYSTEM = tuple(range(100, 116))  # 16 tokens: two full blocks of 8
@@ -102,16 +110,17 @@ def test_lru_eviction_under_pressure():
 
 def test_seeded_run_counts_and_invariants():
     cfg = PrefixConfig()
+    assert cfg.pool.block_size == 16  # the guide's block size
     frames = run(cfg, 0)
     assert frames == run(cfg, 0)
-    assert len(frames) == 19  # the last request ends one step after its prefill sampled token 1
+    assert len(frames) == 17  # the last request ends one step after its prefill sampled token 1
     last = frames[-1]
-    assert (last.hit_tokens, last.query_tokens) == (96, 210)
-    assert last.hit_rate == pytest.approx(96 / 210)
-    # vLLM's free order: each finished request's partial block goes to the front of the free
-    # queue and is reused first, so on this 16-block pool no cached block is ever evicted (all
-    # freed to the back, 3 were).
-    assert last.evictions == 0
+    assert (last.hit_tokens, last.query_tokens) == (128, 336)
+    assert last.hit_rate == pytest.approx(128 / 336)
+    # The default pool is small enough that three apps' prompts do not all stay cached: app B's
+    # system prompt blocks are evicted, and the next request of app B misses them.
+    assert last.evictions == 3
+    assert sorted(e for f in frames for e in f.evicted) == ["B·L0", "B·L1", "R2"]
     for f in frames:
         u = f.snapshot.usage
         assert u.blocks_used + u.blocks_free == cfg.pool.num_blocks
@@ -120,6 +129,95 @@ def test_seeded_run_counts_and_invariants():
         for a in f.admissions:
             assert a.hit_tokens % bs == 0
             assert a.hit_tokens <= (a.prompt_len - 1) // bs * bs
+
+
+def test_default_evicts_for_most_seeds_without_preempting():
+    cfg = PrefixConfig()
+    evicting = 0
+    for seed in range(8):
+        frames = run(cfg, seed)
+        assert not any(f.record and f.record.preempted_ids for f in frames)
+        evicting += any("·" in e for f in frames for e in f.evicted)  # a system prompt block
+    assert evicting >= 7
+
+
+def test_the_story_ends_with_every_block_back_in_the_free_queue():
+    story = PrefixCacheStory(PrefixConfig(), 0)
+    frames = story.frames()
+    last = frames[-1]
+    assert last.snapshot.usage.blocks_used == 0 and not last.seq_of_request
+    assert last.snapshot.usage.blocks_free == story.config.pool.num_blocks
+    words = " ".join(story.caption(last))
+    assert "every block is back in the free queue" in words
+    assert f"{last.snapshot.usage.blocks_cached_free} of them still cached" in words
+    assert "back in the free queue" not in " ".join(story.caption(frames[-2]))
+
+
+def test_each_hashed_block_says_which_prompt_it_holds():
+    cfg = PrefixConfig()
+    requests, apps = make_workload(cfg, 0)
+    frames = run(cfg, 0)
+    bs = cfg.pool.block_size
+    for f in frames:
+        for block in f.snapshot.blocks:
+            assert (block.block_id in f.holds) == (block.block_hash is not None)
+        for a in f.admissions:
+            for link in a.chain[:cfg.system_len // bs]:  # the system prompt's full blocks
+                assert f.holds[link.block_id] == f"{'ABC'[a.app]}·L{link.index}"
+    # A block of a request's own question is named after that request, and stays so cached.
+    first = frames[0].admissions[0]
+    own = [link for link in first.chain if link.block_hash and link.index >= cfg.system_len // bs]
+    for link in own:
+        assert frames[0].holds[link.block_id] == "R0"
+    assert frames[8].evicted == ("B·L1", "B·L0")
+    assert "Blocks 3 (B·L1), 2 (B·L0) were free but still cached" in " ".join(
+        PrefixCacheStory(cfg, 0).caption(frames[8]))
+
+
+def test_the_question_is_about_one_admission_the_pool_before_decides():
+    cfg = PrefixConfig()
+    frames = run(cfg, 0)
+    asked = hit_question(frames, cfg.pool.block_size, cfg.system_len)
+    # R5 of app B, after B's cached system prompt was evicted at step 8: nothing is found.
+    assert (asked.step, asked.admission.req_id, asked.admission.app) == (10, 5, 1)
+    assert asked.admission.hit_tokens == 0 and asked.found == ()
+    assert "B·L0 had been evicted at step 8" in asked.reason
+    before = frames[asked.step - 1]
+    assert not any(held.startswith("B·") for held in before.holds.values())
+
+
+@pytest.mark.parametrize("num_blocks, num_apps, seed", [(8, 3, 1), (16, 3, 0), (16, 1, 0),
+                                                        (8, 2, 3), (12, 3, 5)])
+def test_the_question_answer_is_what_the_pool_before_shows(num_blocks, num_apps, seed):
+    """Counting the leading blocks of its chain in the pool one step before gives the answer:
+    nothing the learner cannot see changes it."""
+    cfg = PrefixConfig(PoolConfig(num_blocks=num_blocks, block_size=16), num_apps=num_apps)
+    frames = run(cfg, seed)
+    asked = hit_question(frames, cfg.pool.block_size, cfg.system_len)
+    assert asked is not None
+    before, a = frames[asked.step - 1], asked.admission
+    assert frames[asked.step].admissions[0] == a
+    held = {b.block_hash for b in before.snapshot.blocks if b.block_hash}
+    counted = 0
+    for link in a.chain[:(a.prompt_len - 1) // 16]:
+        if link.block_hash not in held:
+            break
+        counted += 1
+    assert counted * 16 == a.hit_tokens
+    assert len(asked.found) == counted
+    assert str(a.hit_tokens) in asked.reason or a.hit_tokens == 0
+
+
+def test_event_steps_list_hits_evictions_finishes():
+    frames = run(PrefixConfig(), 0)
+    events = dict(event_steps(frames))
+    assert list(events) == sorted(events)
+    assert "evicted: B·L1, B·L0" in events[8]
+    assert "R3 finds 32 prompt tokens in the cache" in events[6]
+    finishing = {f.step for f in frames if f.record and f.record.finished_ids}
+    hitting = {f.step for f in frames if any(a.hit_tokens for a in f.admissions)}
+    assert set(events) == finishing | hitting | {f.step for f in frames if f.evicted}
+    assert 0 not in events and 10 in events  # R0's admission hits nothing; step 10 evicts
 
 
 def test_workload_shares_system_prompts():
@@ -144,8 +242,8 @@ def test_real_pool_matches_and_kernel_agrees():
 
 
 def test_bad_config_says_what_is_wrong():
-    with pytest.raises(ValueError, match="grow to 38 tokens, 5 blocks.*pool has 4"):
-        PrefixConfig(PoolConfig(num_blocks=4, block_size=8))
+    with pytest.raises(ValueError, match="grow to 54 tokens, 4 blocks.*pool has 3"):
+        PrefixConfig(PoolConfig(num_blocks=3, block_size=16))
     with pytest.raises(ValueError, match="question_min"):
         PrefixConfig(question_min=9, question_max=3)
 
@@ -156,5 +254,15 @@ def test_trace_export_replays_to_the_same_events():
     assert trace["meta"]["step"] == 6 and trace["meta"]["page"] == "prefix_cache"
     frames = story.frames()
     hits = [e for e in trace["paged"] if e["kind"] == "hit"]
-    assert len(hits) * 8 == frames[6].hit_tokens  # one event per cached block reused
+    assert len(hits) * 16 == frames[6].hit_tokens  # one event per cached block reused
     assert max(e["step"] for e in trace["paged"]) <= 6
+
+
+def test_the_run_so_far_shows_no_later_step():
+    """The over-time figure stops at the step shown: the question's answer is not on it."""
+    frames = run(PrefixConfig(), 0)
+    figure = cache_over_time(list(frames), 9)
+    for trace in figure.data:
+        assert max(trace.x) == 9
+    assert list(figure.layout.xaxis.range) == [-0.5, len(frames) - 0.5]  # the axes stay put
+    assert cache_over_time(list(frames), 16).layout.yaxis2.range == figure.layout.yaxis2.range

@@ -146,14 +146,15 @@ def block_table_figure(snapshot: Snapshot, names: Mapping[int, str] | None = Non
 
 def pool_grid(snapshot: Snapshot, names: Mapping[int, str] | None = None, *,
               highlight: Sequence[int] = (), highlight_labels: Mapping[int, str] | None = None,
-              columns: int | None = None,
+              columns: int | None = None, notes: Mapping[int, str] | None = None,
               title: str = "Physical KV pool") -> go.Figure:
     """Every physical block as a tile.
 
     Tile colour: the owning sequence (purple when shared, with its ref count), white when free,
     grey when free but cached. The bar at the bottom of a used tile shows filled slots out of
     block_size. `highlight` outlines the given physical ids in red, labelled from
-    `highlight_labels` (e.g. "1st", "2nd": the order a kernel reads them).
+    `highlight_labels` (e.g. "1st", "2nd": the order a kernel reads them). `notes` adds a word
+    to some tiles (physical id -> e.g. "A·L0": which prompt a block holds).
     """
     n, bs = snapshot.num_blocks, snapshot.block_size
     cols = columns or min(n, 12 if n <= 96 else 16)
@@ -184,8 +185,9 @@ def pool_grid(snapshot: Snapshot, names: Mapping[int, str] | None = None, *,
             fills["color"].append(color)
         xs.append(x0 + 0.5)
         ys.append(y0 + 0.62)
-        texts.append(_tile_text(block, names, highlight_labels))
-        hovers.append(_tile_hover(block, owners, bs))
+        note = (notes or {}).get(block.block_id)
+        texts.append(_tile_text(block, names, highlight_labels) + (f" {note}" if note else ""))
+        hovers.append(_tile_hover(block, owners, bs) + (f"<br>holds {note}" if note else ""))
     # Tiles and fill bars are horizontal bars (one trace each), not layout shapes, which plotly.js
     # lays out and draws one by one (bench/RESULTS.md, "Why the UI code is shaped so").
     traces = [
@@ -201,8 +203,9 @@ def pool_grid(snapshot: Snapshot, names: Mapping[int, str] | None = None, *,
     ]
     layout = dict(barmode="overlay", xaxis=dict(range=[0, cols], visible=False, fixedrange=True),
                   yaxis=dict(range=[0, rows], visible=False, fixedrange=True))
+    held = "; ".join(f"block {b} holds {note}" for b, note in sorted((notes or {}).items()))
     return with_alt(base_figure(traces, layout, title, 90 + 64 * rows),
-                    pool_alt(snapshot, names, list(highlight)))
+                    pool_alt(snapshot, names, list(highlight)) + (f" {held}." if held else ""))
 
 
 def _tile_text(block, names: Mapping[int, str] | None,

@@ -9,14 +9,25 @@ import plotly.graph_objects as go
 
 from lab.figures.alt_text import with_alt
 from lab.figures.common import over_time_figure, two_panels
-from lab.figures.style import base_figure
+from lab.figures.style import (
+    CACHED_COLOR,
+    EDGE_COLOR,
+    FREE_COLOR,
+    INK,
+    SERIES_DASHES,
+    TAIL_COLOR,
+    base_figure,
+)
 from lab.scenarios.prefix_cache import Admission, PrefixFrame
 
-STATUS_STYLE = {  # status -> (fill, word on the box)
-    "hit": ("#B9E4D4", "hit"),
-    "miss": ("#F6D9A8", "miss"),
-    "last": ("#CBE3F4", "last"),
-    "partial": ("#EEEEEE", "partial"),
+# status -> (fill, word on the box). No request colours: a box is a block of this prompt, grey
+# when it came from the cache (as a cached tile in the pool), white when computed, the tail
+# colour when partly empty; the word says which.
+STATUS_STYLE = {
+    "hit": (CACHED_COLOR, "hit"),
+    "miss": (FREE_COLOR, "miss"),
+    "last": (FREE_COLOR, "last"),
+    "partial": (TAIL_COLOR, "partial"),
 }
 
 
@@ -27,7 +38,8 @@ def hash_chain(admission: Admission) -> go.Figure:
         x0 = link.index * 1.25
         fill, word = STATUS_STYLE[link.status]
         shapes.append(dict(type="rect", x0=x0, x1=x0 + 1, y0=0, y1=1, fillcolor=fill,
-                           line=dict(color="#555555", width=1.5)))
+                           line=dict(color=INK if link.status == "hit" else EDGE_COLOR,
+                                     width=3 if link.status == "hit" else 1.5)))
         start, end = link.positions
         digest = f"#{link.block_hash[:6]}" if link.block_hash else "(not hashed)"
         notes.append(dict(x=x0 + 0.5, y=0.5, showarrow=False, align="center",
@@ -49,19 +61,29 @@ def hash_chain(admission: Admission) -> go.Figure:
 
 
 def cache_over_time(frames: list[PrefixFrame], step: int) -> go.Figure:
-    """Left: hit rate in prompt tokens so far. Right: cached free blocks and evictions."""
+    """Left: hit rate in prompt tokens so far. Right: cached free blocks and evictions. Drawn up
+    to `step` only, on axes for the whole run: a later step's hits are for the learner to
+    predict, not to read off."""
     layout = two_panels(("Hit rate, %", "Cached free, evicted"),
                         spacing=0.12)
+    for axis in ("xaxis", "xaxis2"):
+        layout[axis]["range"] = [-0.5, max(len(frames) - 0.5, 1)]
+    top = max((max(f.snapshot.usage.blocks_cached_free, f.evictions) for f in frames), default=0)
+    layout["yaxis2"]["range"] = [0, top + 1]
+    frames = frames[:step + 1]
     steps = [f.step for f in frames]
     traces = [
         dict(type="scatter", x=steps, y=[100 * f.hit_rate for f in frames], name="hit rate",
-             line=dict(color="#009E73", width=3, shape="hv"), showlegend=False),
+             line=dict(color=INK, dash=SERIES_DASHES[0], width=3, shape="hv"),
+             showlegend=False),
         dict(type="bar", x=steps, y=[f.snapshot.usage.blocks_cached_free for f in frames],
-             name="cached free blocks", marker=dict(color="#AAAAAA"), xaxis="x2", yaxis="y2"),
+             name="cached free blocks (as the grey tiles)",
+             marker=dict(color=CACHED_COLOR, line=dict(color=EDGE_COLOR, width=1)), xaxis="x2",
+             yaxis="y2"),
         dict(type="scatter", x=steps, y=[f.evictions for f in frames], name="evictions so far",
-             line=dict(color="#D55E00", width=3, shape="hv"), xaxis="x2", yaxis="y2")]
+             line=dict(color=INK, dash=SERIES_DASHES[1], width=3, shape="hv"), xaxis="x2",
+             yaxis="y2")]
     layout["yaxis"]["range"] = [0, 100]
-    layout["yaxis2"]["rangemode"] = "tozero"
     layout["bargap"] = 0.3
     return over_time_figure(traces, layout, step, step_axes=("x", "x2"), height=330,
                             margin=dict(l=50, r=20, t=64, b=45),

@@ -13,21 +13,36 @@ from functools import cache
 import plotly.graph_objects as go
 import plotly.io as pio
 
-# One colour per request or sequence: Okabe & Ito's colours (jfly.uni-koeln.de/color), which stay
-# apart under the common colour-vision deficiencies, with a dark maroon for their black (pale,
-# black turns into the grey of a cached block); tests/test_palette.py measures the distances.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#661100")
+# One colour per request or sequence, each a different hue, chosen from Okabe & Ito's, Tol's and
+# Tableau's colour-blind-aware sets so that they stay apart, solid and pale, with normal vision
+# and under the common colour-vision deficiencies; tests/test_palette.py measures the distances.
+PALETTE = ("#4477AA", "#FF7F0E", "#59A14F", "#EE3377", "#17BECF", "#F0E442", "#661100", "#882255")
+# Past the palette a request takes the same colours again, striped (`request_look`): R8 is R0's
+# colour with "/" stripes, R16 with "\\" stripes, and so on, so no two requests look alike.
+REPEAT_PATTERNS = ("", "/", "\\", "|", "-", "+", ".")
+STRIPE_COLOR = "#FFFFFF"  # the stripes over a repeated colour
 SHARED_COLOR = "#221133"  # a block held by more than one sequence
 FREE_COLOR = "#FFFFFF"
 CACHED_COLOR = "#D4D4D4"  # free, but still holding a prefix-cache hash
 TAIL_COLOR = "#F1F1F1"  # an allocated slot with no token yet
 EDGE_COLOR = "#9A9A9A"
-HIGHLIGHT_COLOR = "#D62728"
+HIGHLIGHT_COLOR = "#D62728"  # an outline: what changed at this step
 # A free hole too small for the next reservation: hatched and labelled too, and a violet no
 # request's colour, solid or pale, comes near under any simulated deficiency.
 EXTERNAL_COLOR = "#9966FF"
-PALE = 0.75  # how far a request's reserved-but-empty slots are lightened towards white
+HOLE_HATCH = "#8B1A1A"  # the cross-hatching over such a hole
+# Lines over the steps (a system, a rate, a count) are ink, told apart by dash and named in a
+# legend: a colour on a page means a request (or one of the states above), nothing else.
+INK = "#222222"
+SERIES_DASHES = ("solid", "dash", "dot", "dashdot")
+PALE = 0.55  # how far a request's reserved-but-empty slots are lightened towards white
 FONT_SIZE = 15
+
+
+def request_look(index: int) -> tuple[str, str]:
+    """The colour and stripe pattern ("" for none) of request (or sequence) number `index`."""
+    turn, position = divmod(index, len(PALETTE))
+    return PALETTE[position], REPEAT_PATTERNS[turn % len(REPEAT_PATTERNS)]
 
 
 def lighten(hex_color: str, amount: float) -> str:

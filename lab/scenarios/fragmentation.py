@@ -229,8 +229,14 @@ class FragmentationStory(Story[FragFrame]):
                 lines.append(f"{label}: no free block for a decode, so "
                              f"{_requests(record.preempted_ids)} is preempted (recompute).")
             if record.finished_ids:
-                lines.append(f"{label}: {_requests(record.finished_ids)} finishes and frees "
-                             "its memory.")
+                one = len(record.finished_ids) == 1
+                lines.append(f"{label}: {_requests(record.finished_ids)} "
+                             f"{'finishes and frees its' if one else 'finish and free their'} "
+                             "memory.")
+        total = self.config.num_requests
+        if frame.contiguous.finished == frame.paged.finished == total:
+            lines.append(f"Both servers are done with all {total} requests: every reservation "
+                         "and every block is back in the free pool.")
         return lines
 
 
@@ -261,10 +267,55 @@ def finish_verdict(step: int, finished_at: dict[str, int | None], total: int) ->
             f"serving ({rest}). From here on only {other}'s memory is in use.")
 
 
+def run_waste(frames: list[FragFrame], system: str) -> float:
+    """A system's waste over its run: internal + external fragmentation as a share of the pool,
+    averaged over the steps it held requests (an idle pool wastes nothing and says nothing)."""
+    busy = [getattr(f, system) for f in frames if getattr(f, system).running]
+    return sum(s.wasted_pct for s in busy) / len(busy) if busy else 0.0
+
+
+def blocked_by_holes(s: MemoryStats, next_reservation: int) -> bool:
+    """The contiguous server has the free slots for the next reservation, only not in one piece:
+    external fragmentation is what keeps the request waiting."""
+    return 0 < next_reservation <= s.free and s.external == s.free
+
+
+def event_steps(frames: list[FragFrame]) -> list[tuple[int, str]]:
+    """The steps where something worth stopping at happens, each with what: a request finishes
+    and frees its memory, a reservation fails on holes (from the step it starts failing), a
+    paged decode finds no free block, a system finishes its workload."""
+    out, was_blocked, preempted = [], False, 0
+    total = frames[-1].paged.finished if frames else 0  # a whole story: it ends all done
+    for f in frames:
+        notes = []
+        for name in SYSTEMS:
+            record = f.records[name]
+            if record and record.finished_ids:
+                verb = "finishes" if len(record.finished_ids) == 1 else "finish"
+                notes.append(f"{name}: {_names(record.finished_ids)} {verb} and free memory")
+                if getattr(f, name).finished == total:
+                    notes.append(f"{name} has finished all {total} requests")
+        blocked = blocked_by_holes(f.contiguous, f.next_reservation)
+        if blocked and not was_blocked:
+            notes.append(f"contiguous: {f.contiguous.free} slots are free but no hole holds the "
+                         f"next reservation of {f.next_reservation}")
+        was_blocked = blocked
+        if f.preemptions > preempted:
+            notes.append("paged: no free block for a decode, a request is preempted")
+        preempted = f.preemptions
+        if notes:
+            out.append((f.step, "; ".join(notes)))
+    return out
+
+
 def comparable(c: MemoryStats, p: MemoryStats) -> bool:
     """Like with like: both systems hold requests at this step (an empty pool wastes nothing,
     so comparing it with a busy one says nothing about fragmentation)."""
     return c.running > 0 and p.running > 0
+
+
+def _names(ids: tuple[int, ...]) -> str:
+    return ", ".join(f"R{i}" for i in ids)
 
 
 def _requests(ids: tuple[int, ...]) -> str:
@@ -294,3 +345,24 @@ def block_size_sweep(requests: tuple[RequestSpec, ...],
                              sum(entries) / len(lengths),
                              BLOCK_TABLE_ENTRY_BYTES * sum(entries) / len(lengths)))
     return rows
+
+
+# What doubling the block size does, as (block-table entries factor, empty tail factor).
+DOUBLING = {"entries about halve, the empty tail about doubles": (0.5, 2.0),
+            "entries about halve, the empty tail stays about the same": (0.5, 1.0),
+            "entries stay about the same, the empty tail about doubles": (1.0, 2.0),
+            "entries and the empty tail both about halve": (0.5, 0.5)}
+
+
+def doubling_effect(rows: list[SweepRow], size: int) -> tuple[str, SweepRow, SweepRow]:
+    """Which of DOUBLING the sweep measures from `size` to twice it (the nearest, in factors of
+    two), with the two rows it compares."""
+    by_size = {r.block_size: r for r in rows}
+    low, high = by_size[size], by_size[2 * size]
+
+    def off(factors: tuple[float, float]) -> float:
+        measured = (high.table_entries / low.table_entries,
+                    (high.tail_slots + 1e-9) / (low.tail_slots + 1e-9))
+        return sum(abs(math.log2(m / f)) for m, f in zip(measured, factors))
+
+    return min(DOUBLING, key=lambda name: off(DOUBLING[name])), low, high

@@ -20,6 +20,7 @@ from kernels.reference import AttentionCheck
 from lab.memory.block_table import blocks_for
 from lab.memory.events import Event
 from lab.memory.kv_pool import PoolConfig
+from lab.memory.prefix_cache import chain
 from lab.memory.snapshot import Snapshot
 from lab.scenarios.story import Story
 from lab.serving.config import step_server
@@ -34,10 +35,11 @@ APP_NAMES = "ABCDEFGH"
 
 @dataclass(frozen=True)
 class PrefixConfig:
-    pool: PoolConfig = field(default_factory=lambda: PoolConfig(num_blocks=16, block_size=8))
+    # The guide's block size; a pool small enough that cached prompts are evicted by default.
+    pool: PoolConfig = field(default_factory=lambda: PoolConfig(num_blocks=8, block_size=16))
     num_requests: int = 8
-    num_apps: int = 2  # distinct system prompts; requests mostly use the first
-    system_len: int = 20  # tokens of each system prompt
+    num_apps: int = 3  # distinct system prompts; requests mostly use the first
+    system_len: int = 36  # tokens of each system prompt: two full blocks of 16, and 4 more
     question_min: int = 3
     question_max: int = 12
     output_min: int = 2
@@ -122,6 +124,10 @@ class PrefixFrame:
     hit_tokens: int  # of those, found in the cache
     evictions: int  # cached blocks whose hash was dropped for reuse, so far
     seq_of_request: dict[int, int]  # running req_id -> seq_id
+    # Which prompt each hashed block holds: "A·L1" for logical block 1 of app A's system prompt
+    # (any request of app A can hit it), "R3" for a block of R3's own tokens.
+    holds: dict[int, str]
+    evicted: tuple[str, ...]  # what each block evicted at this step held (as in `holds`)
 
     @property
     def hit_rate(self) -> float:
@@ -138,6 +144,12 @@ class PrefixPlay:
         self.step = -1
         self.evictions = 0
         self.record: IterationRecord | None = None
+        bs = cfg.pool.block_size
+        self.names: dict[str, str] = {}  # block hash -> what it holds (see PrefixFrame.holds)
+        for r, app in zip(requests, self.apps):
+            system = r.tokens[:cfg.system_len]
+            for i, h in enumerate(chain(system, bs, len(system) // bs)):
+                self.names[h.value] = f"{APP_NAMES[app]}·L{i}"
 
     @property
     def done(self) -> bool:
@@ -152,12 +164,20 @@ class PrefixPlay:
         new = tuple(events.since(mark))
         self.evictions += sum(e.kind == "evict" for e in new)
         snap = self.server.picture()
+        names = {seq: f"R{r.req_id}" for r in self.server.running() for seq in (r.seq_id,)}
+        for block in snap.blocks:
+            if block.block_hash and block.state == "used":
+                self.names.setdefault(block.block_hash, names[block.owners[0]])
+        evicted = tuple(self.names.get(e.detail.get("hash"), "?") for e in new
+                        if e.kind == "evict")
         admitted = self.record.admitted_ids if self.record else ()
         query, hits = self.server.backend.prefix_tokens()
         return PrefixFrame(self.step, snap, new, self.record,
                            tuple(self._admission(r, snap) for r in admitted), query, hits,
                            self.evictions,
-                           {r.req_id: r.seq_id for r in self.server.running()})
+                           {r.req_id: r.seq_id for r in self.server.running()},
+                           {b.block_id: self.names[b.block_hash] for b in snap.blocks
+                            if b.block_hash in self.names}, evicted)
 
     def _admission(self, req_id: int, snap: Snapshot) -> Admission:
         req = self.server.requests[req_id]  # (it may have finished in the same step)
@@ -202,7 +222,8 @@ class PrefixCacheStory(Story[PrefixFrame]):
             lines.append(f"**R{a.req_id}** (app {APP_NAMES[a.app]}) is admitted with a "
                          f"{a.prompt_len}-token prompt: {found}{a.prompt_len - a.hit_tokens} "
                          "token(s) prefilled.")
-        evicted = [str(e.block_id) for e in frame.events if e.kind == "evict"]
+        evicted = [f"{e.block_id} ({held})" for e, held in
+                   zip((e for e in frame.events if e.kind == "evict"), frame.evicted)]
         if evicted:
             which = (f"Block {evicted[0]} was" if len(evicted) == 1 else
                      f"Blocks {', '.join(evicted)} were")
@@ -216,4 +237,85 @@ class PrefixCacheStory(Story[PrefixFrame]):
         for req_id in record.preempted_ids if record else ():
             lines.append(f"**R{req_id}** is preempted (no free block for its next token): it "
                          "will recompute from its prompt.")
+        if record and record.finished == self.config.num_requests:
+            cached = frame.snapshot.usage.blocks_cached_free
+            lines.append(f"All {record.finished} requests are done: every block is back in the "
+                         f"free queue, {cached} of them still cached (grey) for a later request "
+                         "with the same prefix.")
         return lines
+
+
+@dataclass(frozen=True)
+class HitQuestion:
+    """The one admission a story asks about: how many of its prompt tokens will hit. Asked at
+    `step - 1`, whose pool (with what each block holds) decides the answer."""
+
+    step: int  # the step that admits it
+    admission: Admission
+    found: tuple[str, ...]  # what the blocks it hits hold ("A·L0", ...)
+    reason: str  # why the answer is what it is, in the pool's terms
+
+
+def hit_question(frames: tuple[PrefixFrame, ...], block_size: int,
+                 system_len: int) -> HitQuestion | None:
+    """The admission that teaches most, among those the pool one step before decides (no
+    eviction or earlier admission in the same step changes it): first one whose app's cached
+    system prompt was evicted, then one that revives cached free blocks, then one that hits
+    blocks in use, then one of an app that has not run yet."""
+    seen = {a.app for a in frames[0].admissions} if frames else set()  # apps admitted so far
+    best: tuple[int, HitQuestion] | None = None
+    for before, frame in zip(frames, frames[1:]):
+        if not frame.admissions:
+            continue
+        a = frame.admissions[0]
+        app, ran = APP_NAMES[a.app], a.app in seen
+        seen.update(x.app for x in frame.admissions)
+        lookups = (a.prompt_len - 1) // block_size
+        present = {b.block_hash: b for b in before.snapshot.blocks if b.block_hash}
+        hits = 0
+        while hits < lookups and a.chain[hits].block_hash in present:
+            hits += 1
+        if hits * block_size != a.hit_tokens:
+            continue  # this step changed the pool before the admission: not decidable
+        found = tuple(before.holds[present[link.block_hash].block_id] for link in a.chain[:hits])
+        system_blocks = min(system_len // block_size, lookups)
+        evicted = [f.step for f in frames[:frame.step]
+                   if f"{app}·L{hits}" in f.evicted] if hits < system_blocks else []
+        cached = hits and all(present[link.block_hash].state == "cached"
+                              for link in a.chain[:hits])
+        rank = 0 if evicted else 1 if cached else 2 if hits else 3 if not ran else 4
+        if rank == 4 or (best is not None and best[0] <= rank):
+            continue
+        where = ("cached free (grey)" if cached else "in the pool")
+        parts = [f"{', '.join(found)} {'was' if hits == 1 else 'were'} {where} at step "
+                 f"{before.step}, so {a.hit_tokens} tokens are found." if hits else
+                 "Nothing is found."]
+        if evicted:
+            parts.append(f"{app}·L{hits} had been evicted at step {evicted[-1]} (it was at the "
+                         "front of the free queue when a new block was needed), and a chain "
+                         "stops at its first missing block.")
+        elif not ran and not hits:
+            parts.append(f"No request of app {app} had run before, so no block held its "
+                         "system prompt.")
+        if hits == lookups < a.prompt_len // block_size:
+            parts.append("The block holding the last prompt token is never looked up.")
+        best = rank, HitQuestion(frame.step, a, found, " ".join(parts))
+    return best[1] if best else None
+
+
+def event_steps(frames: tuple[PrefixFrame, ...]) -> list[tuple[int, str]]:
+    """The steps where something worth stopping at happens, each with what: a prefix hit, an
+    eviction, a request that finishes (its full blocks stay cached), a preemption."""
+    out = []
+    for f in frames:
+        notes = [f"R{a.req_id} finds {a.hit_tokens} prompt tokens in the cache"
+                 for a in f.admissions if a.hit_tokens]
+        if f.evicted:
+            notes.append(f"evicted: {', '.join(f.evicted)}")
+        record = f.record
+        notes += [f"R{r} finishes, its full blocks stay cached"
+                  for r in (record.finished_ids if record else ())]
+        notes += [f"R{r} is preempted" for r in (record.preempted_ids if record else ())]
+        if notes:
+            out.append((f.step, "; ".join(notes)))
+    return out

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.browser
 NUMERIC = [("block_tables?step=3", "bt_blocks"), ("block_tables?step=4", "bt_tail"),
            ("fragmentation", "frag_peak"),
            ("copy_on_write", "cow_copies_parallel_n4_p30_t12_b16_k32_s0"),
-           ("prefix_cache?step=3", "prefix_hits"), ("calculator", "calc_bytes")]
+           ("prefix_cache?step=9", "prefix_hits"), ("calculator", "calc_bytes")]
 HELD = '[class*="st-key-lab_held_"]'
 
 
@@ -61,6 +61,56 @@ def test_fragmentation_hides_the_run_over_time_and_the_sweep(page, app_url: str)
     page.locator(".st-key-frag_peak_show button").click()
     wait_settled(page)
     assert page.locator(f"{HELD} .lab-figure").count() == 1  # the sweep waits for its own
+
+
+def test_fragmentation_ends_saying_each_side_is_done_with_its_waste_over_the_run(
+        page, app_url: str) -> None:
+    open_page(page, f"{app_url}/fragmentation?step=141")
+    click_control(page, "forward")  # the last step
+    wait_settled(page)
+    plot = page.locator('.lab-figure[data-figure-key="frag_map"]')
+    words = plot.inner_text()
+    assert "finished at step 72; every block is back in the free pool" in words
+    assert "finished at step 142; every reservation is back in the free pool" in words
+    values = page.locator('[data-testid="stMetricValue"]').all_inner_texts()
+    assert values[2:] == ["56% avg", "4% avg"]  # not 0% / 0% of two empty pools
+    assert exceptions(page) == []
+
+
+def test_fragmentation_block_size_question_shows_its_lengths_and_no_winner(page,
+                                                                           app_url: str) -> None:
+    open_page(page, f"{app_url}/fragmentation")
+    form = page.locator(".st-key-frag_doubling_form, [data-testid='stForm']").filter(
+        has_text="doubles from 16 to 32")
+    assert "prompt (16-96 tokens)" in form.inner_text()
+    form.get_by_text("entries about halve, the empty tail about doubles").click()
+    page.locator(".st-key-frag_doubling_check button").click()
+    wait_settled(page)
+    verdict = " ".join(page.locator('[data-testid="stAlert"]').all_inner_texts())
+    assert "Right:" in verdict
+    assert "no universal block size" in verdict and "Right: 16" not in verdict
+    assert exceptions(page) == []
+
+
+def test_prefix_cache_asks_once_closes_after_its_step_and_says_why(page, app_url: str) -> None:
+    open_page(page, f"{app_url}/prefix_cache?step=8")
+    asked = '.st-key-prefix_hits_guess input'
+    assert page.locator(asked).count() == 0  # not yet: asked the step before its admission
+    click_control(page, "forward")
+    wait_settled(page)
+    assert page.locator(asked).count() == 1  # step 9
+    tiles = page.locator('.lab-figure[data-figure-key="prefix_pool"]').inner_text()
+    assert "cached C·L0" in tiles and "B·L0" not in tiles  # app B's prompt is gone
+    click_control(page, "forward")  # step 10, unanswered: its pool is held back
+    wait_settled(page)
+    assert not shown(page, f'{HELD} .lab-figure[data-figure-key="prefix_pool"]')
+    answer(page, "prefix_hits", "0")
+    verdict = " ".join(page.locator('[data-testid="stAlert"]').all_inner_texts())
+    assert "Right: 0" in verdict and "B·L0 had been evicted at step 8" in verdict
+    click_control(page, "forward")  # step 11: closed, nothing held
+    wait_settled(page)
+    assert page.locator(asked).count() == 0 and page.locator(HELD).count() == 0
+    assert exceptions(page) == []
 
 
 def test_block_tables_hide_the_pool_at_the_step_that_answers(page, app_url: str) -> None:
