@@ -27,15 +27,17 @@ STEPS = 3
 BOXES_JS = """key => {
   const box = e => { const r = e.getBoundingClientRect();
                      return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; };
-  const shown = e => e.checkVisibility({visibilityProperty: true})
-                  && e.getBoundingClientRect().height > 0;
+  // A figure held back until its question is answered keeps its place (hatched): its box
+  // counts. A question counts unless it is folded away (the inside of a closed expander).
+  const placed = e => e.getBoundingClientRect().height > 0;
+  const shown = e => placed(e) && e.checkVisibility({visibilityProperty: true});
   const questions = '.st-key-lab_step_caption [data-testid="stForm"], '
                   + '.st-key-lab_step_caption [data-testid="stExpander"]';
   return {
     width: window.innerWidth, height: window.innerHeight,
     step: box(document.querySelector(`.st-key-${key}_forward button`)),
     controls: box(document.querySelector(`.st-key-${key}_controls`)),
-    figures: [...document.querySelectorAll('.lab-figure[data-main]')].filter(shown).map(box),
+    figures: [...document.querySelectorAll('.lab-figure[data-main]')].filter(placed).map(box),
     questions: [...document.querySelectorAll(questions)].filter(shown).map(box),
   };
 }"""
