@@ -1,12 +1,18 @@
-"""The app shell: every page in the navigation renders from the entry point without an error."""
+"""The app shell: every page in the navigation renders from the entry point without an error, and
+a teacher composes a lesson path in the sidebar."""
 
 from __future__ import annotations
+
+import base64
+import zlib
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.browser.harness import ROOT
 from ui.chapters import CHAPTERS
+from ui.lesson_path import Stop, decode, encode
 
 PAGES = [c.path for c in CHAPTERS]
 
@@ -59,10 +65,6 @@ def test_a_plain_streamlit_run_opens_a_page_link_through_app_navigation() -> Non
 
 
 def test_a_teacher_composes_a_lesson_path_in_the_sidebar(open_app_page) -> None:
-    from urllib.parse import parse_qs, urlsplit
-
-    from ui.lesson_path import decode
-
     at = open_app_page("pages/block_tables.py", step="2")
     at.text_area(key="_lesson_note").input("Count the blocks").run()
     at.button(key="_lesson_add").click().run()
@@ -82,18 +84,11 @@ def test_a_teacher_composes_a_lesson_path_in_the_sidebar(open_app_page) -> None:
 
 @pytest.mark.parametrize("text", ["x", "not-a-lesson", "eJwLycgsVgCi4pLSnFQA", "A" * 20_000])
 def test_a_lesson_text_the_maker_would_not_make_is_refused(text: str) -> None:
-    from ui.lesson_path import decode
-
     with pytest.raises(ValueError):
         decode(text)
 
 
 def test_a_lesson_survives_its_link_text() -> None:
-    import base64
-    import zlib
-
-    from ui.lesson_path import Stop, decode, encode
-
     stops = (Stop("block_tables", (("step", "3"), ("seed", "7")), ("settings",), "Ask first"),
              Stop("home", (), (), ""))
     assert decode(encode(stops)) == stops

@@ -33,7 +33,7 @@ CLASSROOM_FONT_SCALE = 1.45
 CLASSROOM_HEIGHT_SCALE = 1.35
 # A projector at 1280x720 keeps ~580 px under the header strip and the step controls: the main
 # figure, a title over it and the step's question folded to one line fit together.
-CLASSROOM_MAIN_HEIGHT = 400
+CLASSROOM_MAIN_HEIGHT = 380
 
 
 def page_parts() -> tuple[Any, Any]:
