@@ -117,7 +117,7 @@ def show_step(step: int) -> None:
     widest = max(blocks_for(r.total_len, block_size) for r in frame.requests)
     tables_beside_pool = is_classroom() and widest <= 6
     with parts.main, held_back(not hidden, "the pool", key="bt_pool"):
-        pool_col, table_col = (st.columns([3, 2], vertical_alignment="top")
+        pool_col, table_col = (st.columns([5, 2], vertical_alignment="top")
                                if tables_beside_pool else (st.container(), None))
         with pool_col:
             show_figure(view.figures["pool"], key="pool", file_name="kv_pool", main=True)
