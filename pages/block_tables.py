@@ -81,7 +81,7 @@ def step_view(step: int) -> StepView:
     taken = [e.block_id for e in frame.events if e.kind == "allocate"]  # what changed
     return StepView(
         {"pool": pool_grid(frame.snapshot, names, highlight=taken,
-                           title="Physical KV pool (red outline: taken at this step)"),
+                           title="KV pool (red outline: taken at this step)"),
          "strip": token_strip(frame.snapshot, names),
          "table": block_table_figure(frame.snapshot, names)},
         story.caption(frame),
