@@ -67,7 +67,6 @@ SHIFT = Question(
                 "addresses, so every floating-point operation is the same.",
     context=(params, request, head, seed()))
 with stage:
-    SHIFT.ask()
     shuffle_col, placement_col = st.columns(2, vertical_alignment="bottom")
     shuffle_col.button("Shuffle placement", key="shuffle", icon=":material/shuffle:",
                        on_click=_shuffle, disabled=not movable,
@@ -106,6 +105,7 @@ def show_step(step: int) -> None:
     frame, view = all_frames[step], step_view(step)
     parts = step_parts()
     with parts.caption:
+        SHIFT.ask()  # beside the figure it is about, under the step controls
         step_caption(step, list(view.caption))
     with parts.before:
         st.markdown(f"**Block table of {request}** ({frame.num_tokens} tokens): logical "

@@ -11,7 +11,7 @@ from ui.layout import explain, page_parts, settings, show_figure, step_caption, 
 from ui.predict import Question, gate, held_back
 from ui.scenario import export_lesson, export_trace, frames, lesson_question, live_badge
 from ui.sidebar import sidebar
-from ui.state import seed
+from ui.state import is_classroom, seed
 from ui.step_controls import step_controls
 from ui.walk_settings import check_walk, walk_settings
 
@@ -81,7 +81,7 @@ def step_view(step: int) -> StepView:
     taken = [e.block_id for e in frame.events if e.kind == "allocate"]  # what changed
     return StepView(
         {"pool": pool_grid(frame.snapshot, names, highlight=taken,
-                           title="Physical KV pool (red outline: taken at this step)"),
+                           title="KV pool (red outline: taken at this step)"),
          "strip": token_strip(frame.snapshot, names),
          "table": block_table_figure(frame.snapshot, names)},
         story.caption(frame),
@@ -112,20 +112,29 @@ def show_step(step: int) -> None:
         live_badge(story, step, last, idle=IDLE)
 
     names = frame.seq_names
+    # The longest block table the walk will reach decides the layout, so it holds for every
+    # step. On a projector the tables sit beside the pool, in view with it under the controls.
+    widest = max(blocks_for(r.total_len, block_size) for r in frame.requests)
+    tables_beside_pool = is_classroom() and widest <= 6
     with parts.main, held_back(not hidden, "the pool", key="bt_pool"):
-        show_figure(view.figures["pool"], key="pool", file_name="kv_pool", main=True)
+        pool_col, table_col = (st.columns([5, 2], vertical_alignment="top")
+                               if tables_beside_pool else (st.container(), None))
+        with pool_col:
+            show_figure(view.figures["pool"], key="pool", file_name="kv_pool", main=True)
+        if table_col is not None:
+            with table_col:
+                show_figure(view.figures["table"], key="table", file_name="block_table")
     with parts.after:
         with held_back(not hidden, "the block tables", key="bt_tables"):
             st.markdown(legend_markdown(frame.snapshot, names), unsafe_allow_html=True)
-            # The longest block table the walk will reach decides the layout, so it holds
-            # for every step: tables beside the strip when short, below it when they grow.
-            widest = max(blocks_for(r.total_len, block_size) for r in frame.requests)
-            strip_col, table_col = st.columns([2, 1]) if widest <= 6 else (st.container(),
-                                                                           st.container())
+            # Tables beside the strip when short, below it when they grow.
+            strip_col, table_col = (st.columns([2, 1]) if widest <= 6 and not tables_beside_pool
+                                    else (st.container(), st.container()))
             with strip_col:
                 show_figure(view.figures["strip"], key="strip", file_name="token_strip")
-            with table_col:
-                show_figure(view.figures["table"], key="table", file_name="block_table")
+            if not tables_beside_pool:
+                with table_col:
+                    show_figure(view.figures["table"], key="table", file_name="block_table")
         explain("How to read it: **L0, L1, ...** are logical blocks; the number in each "
                 "block-table cell is the physical block that holds it; on the pool, each tile "
                 "is a physical block and its bar shows how many of its slots hold tokens. "

@@ -1,12 +1,18 @@
-"""The app shell: every page in the navigation renders from the entry point without an error."""
+"""The app shell: every page in the navigation renders from the entry point without an error, and
+a teacher composes a lesson path in the sidebar."""
 
 from __future__ import annotations
+
+import base64
+import zlib
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.browser.harness import ROOT
 from ui.chapters import CHAPTERS
+from ui.lesson_path import Stop, decode, encode
 
 PAGES = [c.path for c in CHAPTERS]
 
@@ -56,3 +62,39 @@ def test_a_plain_streamlit_run_opens_a_page_link_through_app_navigation() -> Non
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     at = at.switch_page("pages/block_tables.py").run()
     assert not at.exception and at.title[0].value == "Block tables"
+
+
+def test_a_teacher_composes_a_lesson_path_in_the_sidebar(open_app_page) -> None:
+    at = open_app_page("pages/block_tables.py", step="2")
+    at.text_area(key="_lesson_note").input("Count the blocks").run()
+    at.button(key="_lesson_add").click().run()
+    assert at.text_area(key="_lesson_note").value == ""  # ready for the next stop's note
+    at = at.switch_page("pages/attention.py").run()
+    at.button(key="_lesson_add").click().run()
+    assert not at.exception
+    link = next(c.value for c in at.sidebar.code if "lesson=" in c.value)
+    query = parse_qs(urlsplit(link).query)
+    stops = decode(query["lesson"][0])
+    assert [s.page for s in stops] == ["block_tables", "attention"]
+    assert (stops[0].step, stops[0].note, stops[1].note) == ("2", "Count the blocks", "")
+    assert stops[0].hide == ("settings", "questions", "downloads")  # the panel's default
+    assert urlsplit(link).path.endswith("/block_tables")  # the link opens the first stop
+    assert query["stop"] == ["0"] and query["classroom"] == ["1"] and query["step"] == ["2"]
+
+
+@pytest.mark.parametrize("text", ["x", "not-a-lesson", "eJwLycgsVgCi4pLSnFQA", "A" * 20_000])
+def test_a_lesson_text_the_maker_would_not_make_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        decode(text)
+
+
+def test_a_lesson_survives_its_link_text() -> None:
+    stops = (Stop("block_tables", (("step", "3"), ("seed", "7")), ("settings",), "Ask first"),
+             Stop("home", (), (), ""))
+    assert decode(encode(stops)) == stops
+    nested = base64.urlsafe_b64encode(zlib.compress(b"[" * 100_000)).decode()
+    with pytest.raises(ValueError):
+        decode(nested)  # deeply nested JSON: refused, not a RecursionError
+    bad_page = encode((Stop("nowhere", (), (), ""),))
+    with pytest.raises(ValueError):
+        decode(bad_page)

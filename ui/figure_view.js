@@ -128,6 +128,35 @@ function followWidth(view, Plotly) {
   view.labObserver.observe(view);
 }
 
+// -- bringing what a step changed into view ---------------------------------------------------
+// The step controls stick under the header (assets/lab.css). After a Step, the step's first part
+// (its question and caption; in classroom mode the figure) is scrolled in right under them, and
+// then the figure whole if it did not fit, never its top under the controls.
+const GAP_PX = 8;
+const CONTROLS = '[data-testid="stLayoutWrapper"]:has(> [class*="step_controls"])';
+
+function reveal(view) {
+  const controls = document.querySelector(CONTROLS);
+  const pane = view.closest('[data-testid="stMain"]');
+  if (!controls || !pane) {
+    view.scrollIntoView({ block: "nearest" });
+    return;
+  }
+  // Where the controls' bottom is once stuck, wherever the pane is scrolled now.
+  const top = (parseFloat(getComputedStyle(controls).top) || 0) + controls.offsetHeight + GAP_PX;
+  const bottom = window.innerHeight;
+  let first = controls.nextElementSibling;
+  while (first && first.getBoundingClientRect().height === 0) first = first.nextElementSibling;
+  const box = view.getBoundingClientRect();
+  const start = Math.min(first ? first.getBoundingClientRect().top : box.top, box.top);
+  if (start >= top - 1 && box.bottom <= bottom + 1) return; // all in view already
+  pane.scrollBy({ top: start - top });
+  const moved = view.getBoundingClientRect();
+  if (moved.bottom > bottom) {
+    pane.scrollBy({ top: Math.min(moved.bottom - bottom, moved.top - top) });
+  }
+}
+
 export default function (component) {
   const { data, parentElement } = component;
   let view = parentElement.querySelector(":scope > .lab-figure");
@@ -138,6 +167,7 @@ export default function (component) {
   }
   if (data.traces === view.labTracesJson && data.layout === view.labLayoutJson &&
       JSON.stringify(data.config) === view.labConfigJson && !view.dataset.failed) {
+    if (data.reveal && !view.dataset.pending) reveal(view); // a step that left it as it was
     return view.labCleanup; // the same figure again: nothing to redraw
   }
   view.labLayoutJson = data.layout;
@@ -174,7 +204,7 @@ export default function (component) {
       return Plotly.react(view, shown.traces, shown.layout, shown.config).then(() => {
         view.dataset.drawn = String(Number(view.dataset.drawn ?? 0) + 1);
         if (!view.labNext) delete view.dataset.pending;
-        if (data.reveal) view.scrollIntoView({ block: "nearest" }); // what the step changed
+        if (data.reveal) reveal(view); // what the step changed
         followWidth(view, Plotly);
       });
     })

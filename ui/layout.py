@@ -2,9 +2,11 @@
 
 * `page_parts()`: where a page draws its settings and its stage (step controls, caption,
   figures): settings first normally; in classroom mode the stage first, settings folded below.
-* `step_parts()`: the parts of a step (caption, details before the main figure, the main
-  figure, what follows it); in classroom mode the main figure comes first, right under the
-  step controls, so both fit a projector's screen.
+* `step_parts()`: the parts of a step (its questions and caption, the main figure, details,
+  what follows), each a keyed container (`.st-key-lab_step_caption`, ...): the caption and
+  its question, then the figure, right under the step controls, which stick under the header
+  so the three are seen together after a Step; in classroom mode the main figure comes
+  first (a class's questions are folded one line each under it).
 * `explain(md)`: explanatory text; shown normally, one click away in classroom mode.
 * `bullets(lines)`: a list of what happened, as one element; `step_caption(step, lines)`
   also announces a step's list to a screen reader.
@@ -29,8 +31,9 @@ from ui.step_controls import STEP_MOVED, announce
 
 CLASSROOM_FONT_SCALE = 1.45
 CLASSROOM_HEIGHT_SCALE = 1.35
-# A projector at 1280x720 keeps ~460 px under the title and step controls for the main figure.
-CLASSROOM_MAIN_HEIGHT = 440
+# A projector at 1280x720 keeps ~580 px under the header strip and the step controls: the main
+# figure, a title over it and the step's question folded to one line fit together.
+CLASSROOM_MAIN_HEIGHT = 380
 
 
 def page_parts() -> tuple[Any, Any]:
@@ -50,12 +53,15 @@ class StepParts:
     after: Any  # legends, secondary figures, downloads
 
 
+STEP_PARTS = ("caption", "main", "before", "after")  # in the order a laptop shows them
+
+
 def step_parts() -> StepParts:
-    if is_classroom():
-        main, caption, before, after = (st.container() for _ in range(4))
-    else:  # the caption, then the figure it speaks of, in view right under the controls
-        caption, main, before, after = (st.container() for _ in range(4))
-    return StepParts(caption, before, main, after)
+    """The parts, in this mode's order, under the step controls (which stick under the header,
+    assets/lab.css): what a step changed is scrolled in under them (ui/figure_view.js)."""
+    order = ("main", "caption", "before", "after") if is_classroom() else STEP_PARTS
+    parts = {name: st.container(key=f"lab_step_{name}") for name in order}
+    return StepParts(**parts)
 
 
 def explain(md: str, *, title: str = "Explanation") -> None:

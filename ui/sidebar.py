@@ -1,4 +1,5 @@
-"""The sidebar every page shows first: backend, seed, classroom mode, copy link, class link.
+"""The sidebar every page shows first: backend, seed, classroom mode, copy link, class link
+and lesson path (ui/lesson_path.py).
 
 Call `sidebar()` at the top of every page, before any other widget: it starts the run's link
 state (ui/state.py), loads the page styles (classroom mode, a teacher link's hidden controls)
@@ -13,6 +14,7 @@ from pathlib import Path
 import streamlit as st
 
 from kernels.backend import backend
+from ui.lesson_path import lesson_maker, lesson_stop
 from ui.navigation import ensure_app_navigation
 from ui.state import (
     GLOBAL,
@@ -49,6 +51,7 @@ def sidebar() -> None:
     side = st.sidebar
     side.markdown(f"**Compute backend**  \n{backend().label}")
     teacher_settings()  # first: a locked link locks the seed too
+    lesson_stop()  # a lesson path's stop: its note and the way on, above the page's title
     int_param("Random seed", "seed", default=0, min_value=0, max_value=MAX_SEED,
               widget="number", container=side, page=GLOBAL,
               help="Every random choice on a page (token ids, K/V values, queries, request "
@@ -77,3 +80,5 @@ def sidebar() -> None:
         lock = st.toggle("Lock the settings", value=True, key="_class_link_lock")
         st.code(share_url({"classroom": "1", "hide": ",".join(hide),
                            "lock": "1" if lock else "0"}), language=None, wrap_lines=True)
+        st.divider()
+        lesson_maker(hide, lock)

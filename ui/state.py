@@ -40,7 +40,7 @@ _WRITTEN = "_ui_written"  # session: the query string we last put in the address
 _WRITTEN_PAGE = "_ui_written_page"  # session: the page it belongs to
 _RUN = "_ui_run"  # session: this run's RunState
 MAX_SHOWN = 40  # characters of a refused value quoted back
-TEACHER = ("hide", "lock")  # a teacher link's settings (see teacher_settings)
+TEACHER = ("hide", "lock", "lesson", "stop")  # a teacher link's (teacher_settings, ui.lesson_path)
 _INT = re.compile(r"[+-]?\d{1,15}")
 _FLOAT = re.compile(r"[+-]?(\d{1,15}(\.\d{0,15})?|\.\d{1,15})([eE][+-]?\d{1,3})?")
 

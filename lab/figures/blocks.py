@@ -157,7 +157,8 @@ def pool_grid(snapshot: Snapshot, names: Mapping[int, str] | None = None, *,
     to some tiles (physical id -> e.g. "A·L0": which prompt a block holds).
     """
     n, bs = snapshot.num_blocks, snapshot.block_size
-    cols = columns or min(n, 12 if n <= 96 else 16)
+    # Wide rows for larger pools: the grid stays a few rows high, under the step controls.
+    cols = columns or min(n, 8 if n <= 16 else 12 if n <= 48 else 16)
     rows = math.ceil(n / cols)
     colors = sequence_colors(snapshot)
     tiles = dict(y=[], base=[], face=[], edge=[], width=[])  # one per physical block
