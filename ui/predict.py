@@ -124,7 +124,8 @@ class Question:
         and the old setting's answer is not this one's."""
         asked = st.session_state.setdefault(_ASKED, {})
         if asked.get(self.key, self.signature) != self.signature:
-            st.session_state.pop(f"{self.key}_guess", None)
+            # None, not a removed key: the browser would keep drawing the number typed before
+            st.session_state[f"{self.key}_guess"] = None
             answers = st.session_state.get(_ANSWERS, {})
             if answers.get(self.key, (self.signature,))[0] != self.signature:
                 answers.pop(self.key, None)
