@@ -14,6 +14,7 @@ from lab.scenarios.fragmentation import (
     block_size_sweep,
     comparable,
     doubling_effect,
+    event_steps,
     finish_steps,
     finish_verdict,
     run_waste,
@@ -201,7 +202,7 @@ def show_step(step: int) -> None:
 
 
 with stage:
-    show_step(step_controls(len(all_frames) - 1))
+    show_step(step_controls(len(all_frames) - 1, events=event_steps(all_frames)))
 st.subheader("The block size is a tradeoff")
 explain(
     "Smaller blocks leave a smaller empty tail in each sequence's last block, but every "

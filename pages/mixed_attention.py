@@ -10,6 +10,7 @@ from lab.scenarios.mixed_attention import (
     MixedAttentionStory,
     MixedParams,
     PoolTooSmall,
+    event_steps,
 )
 from lab.scenarios.mixed_models import MAX_MODEL_LEN, available_models, model_groups
 from ui.chapters import chapter_strip, next_page
@@ -247,4 +248,4 @@ def show_step(step: int) -> None:
 
 
 with stage:
-    show_step(step_controls(last))
+    show_step(step_controls(last, events=event_steps(all_frames)))

@@ -6,7 +6,13 @@ from lab.figures.blocks import legend_markdown, pool_grid
 from lab.figures.lesson import StepView
 from lab.figures.prefix import cache_over_time, hash_chain
 from lab.memory.kv_pool import PoolConfig
-from lab.scenarios.prefix_cache import APP_NAMES, PrefixCacheStory, PrefixConfig, hit_question
+from lab.scenarios.prefix_cache import (
+    APP_NAMES,
+    PrefixCacheStory,
+    PrefixConfig,
+    event_steps,
+    hit_question,
+)
 from ui.chapters import chapter_strip, next_page
 from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
 from ui.predict import Question, gate, held_back
@@ -192,4 +198,4 @@ def show_step(step: int) -> None:
 
 
 with stage:
-    show_step(step_controls(len(all_frames) - 1))
+    show_step(step_controls(len(all_frames) - 1, events=event_steps(all_frames)))

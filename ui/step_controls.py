@@ -35,6 +35,7 @@ from ui.state import bind_param, current_page, parse_int, register
 
 STEP_MOVED = "_ui_step_moved"  # session: this run shows another step than the last one
 LIVE_REGION = "_ui_live_region"  # session: this run's placeholder for `announce`
+SHORT_LABEL = 24  # characters of an event label that fit on the Next button
 SPEEDS = {"0.5×": 2.0, "1×": 1.0, "2×": 0.5, "4×": 0.25}  # label -> seconds per step
 DEFAULT_SPEED = "2×"
 
@@ -126,10 +127,12 @@ def _buttons(key: str, step: int, last_step: int, playing: bool,
     if jump:
         coming = next_event(events, step)
         at, label = coming if coming is not None else (step, "")
-        jump[0].button(f"Next: {label} at step {at}" if coming else "No event ahead",
-                       key=f"{key}_next_event", icon=":material/skip_next:", on_click=_go,
-                       args=(key, at), disabled=coming is None,
-                       shortcut="N", help="Jump to the story's next event (N)")
+        # A long description goes in the tooltip: the button keeps one line beside the others.
+        text = (f"Next: {label} at step {at}" if len(label) <= SHORT_LABEL
+                else f"Next event: step {at}") if coming else "No event ahead"
+        jump[0].button(text, key=f"{key}_next_event", icon=":material/skip_next:", on_click=_go,
+                       args=(key, at), disabled=coming is None, shortcut="N",
+                       help=f"Jump to the story's next event (N){': ' + label if label else ''}")
     speed.select_slider("Play speed", options=list(SPEEDS), value=DEFAULT_SPEED,
                         key=f"{key}_speed",
                         help="1× is one step per second (slower if a step takes longer to "
