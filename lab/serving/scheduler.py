@@ -46,6 +46,10 @@ from lab.serving.synthetic_kv import VOCAB
 from lab.serving.workloads import RequestSpec
 
 S = RequestState
+# One int object per token id, which a drawn request's tokens share (an object array's tolist
+# returns its objects): a replay holds millions of tokens, and an int object each would spread
+# them over memory that every copy of a token list then walks.
+TOKEN_IDS = np.array(range(VOCAB), dtype=object)
 
 
 class SchedulerStuck(RuntimeError):
@@ -121,9 +125,10 @@ class Scheduler:
     def _arrive(self) -> None:
         if self.idle and self.pending:
             self.clock = max(self.clock, self.pending[0].arrival_s)  # idle until the next one
+        arrived = []
         while self.pending and self.pending[0].arrival_s <= self.clock:
-            spec = self.pending.popleft()
-            planned = list(spec.tokens) or self.rng.integers(0, VOCAB, spec.total_len).tolist()
+            arrived.append(self.pending.popleft())
+        for spec, planned in zip(arrived, self._planned(arrived)):
             req = Request(spec, planned, spec.prompt_len, arrival=self._arrivals)
             self._arrivals += 1
             self.requests[spec.req_id] = req
@@ -141,6 +146,21 @@ class Scheduler:
                 self._say(f"request {spec.req_id} rejected: {reason}")
             else:
                 self._enqueue(req)
+
+    def _planned(self, specs: list[RequestSpec]) -> list[list[int]]:
+        """Each arrival's tokens, prompt then outputs: its own, or drawn. One draw for all of
+        them reads the generator's stream in the same order as a draw each, so it gives the
+        same ids, without the cost of a call per request."""
+        drawn = sum(spec.total_len for spec in specs if not spec.tokens)
+        ids = TOKEN_IDS[self.rng.integers(0, VOCAB, drawn)].tolist() if drawn else []
+        planned, start = [], 0
+        for spec in specs:
+            if spec.tokens:
+                planned.append(list(spec.tokens))
+            else:
+                planned.append(ids[start:start + spec.total_len])
+                start += spec.total_len
+        return planned
 
     def _enqueue(self, req: Request, front: bool = False) -> None:
         req.state = S.WAITING
@@ -280,9 +300,10 @@ class Scheduler:
         cfg, t = self.cfg, self.table
         shares: list[int] = []
         rows: list[tuple[Request, int]] = []  # the admitted requests and their slot capacity
+        watermark = cfg.watermark_blocks
         while budget > 0 and seats_taken + len(shares) < cfg.max_num_seqs:
             # V1 holds the watermark back only while something runs; V0 always did.
-            reserve = cfg.watermark_blocks if not self.v1 or seats_taken + len(shares) else 0
+            reserve = watermark if not self.v1 or seats_taken + len(shares) else 0
             if self.swapped:
                 req = self.swapped[0]
                 short = self.backend.swap_in_shortfall(req, reserve)
