@@ -17,6 +17,15 @@ INT_COLUMNS = ("computed", "length", "cap", "outputs", "target", "priority", "ar
 FLOAT_COLUMNS = ("first_token_s", "last_token_s")
 
 
+def budget_shares(want: np.ndarray, budget: int) -> np.ndarray:
+    """Each row's tokens when rows take their wish in turn from the budget (cumsum - want: what
+    the rows before it wished, all of which they got until the budget ran out); a new array."""
+    wished = want.cumsum()
+    if not len(want) or wished[-1] <= budget:  # every wish fits (most steps)
+        return want.copy()
+    return np.minimum(want, np.maximum(budget - (wished - want), 0))
+
+
 class RunningTable:
     """Columns (one row per running request):
     computed: tokens whose K/V is in the pool; length: tokens held, prompt + emitted;
@@ -78,6 +87,14 @@ class RunningTable:
         self._bind()
         for row in (~alive).nonzero()[0][::-1].tolist():  # a few rows leave in a step
             del self.reqs[row]
+
+    def needs_blocks(self, alloc: np.ndarray, block_size: int, hashes: bool) -> np.ndarray:
+        """Per row: do its `alloc` tokens of this step need a block (or, hashing, fill one)?"""
+        end = self.computed + alloc
+        calls = end > self.cap
+        if hashes:  # a block this step fills is hashed now
+            calls |= end // block_size > self.computed // block_size
+        return calls
 
     def process_order(self, by_priority: bool) -> np.ndarray | None:
         """Rows in the order vLLM V0 served them: (priority, admission) under the priority

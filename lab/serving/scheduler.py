@@ -40,29 +40,15 @@ from lab.serving.cost_model import Cost, attention_pairs
 from lab.serving.decisions import admitted_line, grown_line, preempted_line
 from lab.serving.guess_backend import GuessBackend
 from lab.serving.kv_backends import make_backend
-from lab.serving.request import IterationRecord, Request, RequestState, StepDetail
-from lab.serving.running_table import RunningTable, step_detail
-from lab.serving.synthetic_kv import VOCAB
+from lab.serving.request import IterationRecord, Request, RequestState, StepDetail, planned_tokens
+from lab.serving.running_table import RunningTable, budget_shares, step_detail
 from lab.serving.workloads import RequestSpec
 
 S = RequestState
-# One int object per token id, which a drawn request's tokens share (an object array's tolist
-# returns its objects): a replay holds millions of tokens, and an int object each would spread
-# them over memory that every copy of a token list then walks.
-TOKEN_IDS = np.array(range(VOCAB), dtype=object)
 
 
 class SchedulerStuck(RuntimeError):
     """No request could be scheduled although work is left (a configuration the checks missed)."""
-
-
-def _shares(want: np.ndarray, budget: int) -> np.ndarray:
-    """Each row's tokens when rows take their wish in turn from the budget (cumsum - want: what
-    the rows before it wished, all of which they got until the budget ran out); a new array."""
-    wished = want.cumsum()
-    if not len(want) or wished[-1] <= budget:  # every wish fits (most steps)
-        return want.copy()
-    return np.minimum(want, np.maximum(budget - (wished - want), 0))
 
 
 class Scheduler:
@@ -128,7 +114,7 @@ class Scheduler:
         arrived = []
         while self.pending and self.pending[0].arrival_s <= self.clock:
             arrived.append(self.pending.popleft())
-        for spec, planned in zip(arrived, self._planned(arrived)):
+        for spec, planned in zip(arrived, planned_tokens(arrived, self.rng)):
             req = Request(spec, planned, spec.prompt_len, arrival=self._arrivals)
             self._arrivals += 1
             self.requests[spec.req_id] = req
@@ -146,21 +132,6 @@ class Scheduler:
                 self._say(f"request {spec.req_id} rejected: {reason}")
             else:
                 self._enqueue(req)
-
-    def _planned(self, specs: list[RequestSpec]) -> list[list[int]]:
-        """Each arrival's tokens, prompt then outputs: its own, or drawn. One draw for all of
-        them reads the generator's stream in the same order as a draw each, so it gives the
-        same ids, without the cost of a call per request."""
-        drawn = sum(spec.total_len for spec in specs if not spec.tokens)
-        ids = TOKEN_IDS[self.rng.integers(0, VOCAB, drawn)].tolist() if drawn else []
-        planned, start = [], 0
-        for spec in specs:
-            if spec.tokens:
-                planned.append(list(spec.tokens))
-            else:
-                planned.append(ids[start:start + spec.total_len])
-                start += spec.total_len
-        return planned
 
     def _enqueue(self, req: Request, front: bool = False) -> None:
         req.state = S.WAITING
@@ -188,10 +159,10 @@ class Scheduler:
             want = np.minimum(want, threshold)
         by_rank = None if self.v1 else t.process_order(cfg.policy == "priority")
         if by_rank is None:  # the rows as they are (vLLM V1's running list)
-            order, alloc = np.arange(len(t)), _shares(want, budget)
+            order, alloc = np.arange(len(t)), budget_shares(want, budget)
         else:
             order, alloc = by_rank, np.zeros(len(t), dtype=np.int64)
-            alloc[order] = _shares(want[order], budget)
+            alloc[order] = budget_shares(want[order], budget)
         alive = np.ones(len(t), dtype=bool)
         running_rows = len(t)
         preempted = self._find_blocks(order, want, alloc, alive)
@@ -212,16 +183,6 @@ class Scheduler:
             self._keep_detail(alloc, alive, running_rows)
         return self._execute(alloc, alive, preempted, new_tokens)
 
-    def _needs_blocks(self, alloc: np.ndarray) -> np.ndarray:
-        """Per row: do its tokens of this step need a block (or, hashing, fill one)?"""
-        t = self.table
-        end = t.computed + alloc
-        calls = end > t.cap
-        if self.backend.hashes:  # a block this step fills is hashed now
-            bs = self.backend.block_size
-            calls |= end // bs > t.computed // bs
-        return calls
-
     def _find_blocks(self, order: np.ndarray, want: np.ndarray, alloc: np.ndarray,
                      alive: np.ndarray) -> int:
         """Blocks for the rows whose tokens need one (or, hashing, fill one), in serving order,
@@ -231,7 +192,8 @@ class Scheduler:
         preempted, start = 0, 0
         while True:
             rest = order[start:]
-            at = self._needs_blocks(alloc)[rest].nonzero()[0]  # positions in rest
+            needs = t.needs_blocks(alloc, bs, self.backend.hashes)
+            at = needs[rest].nonzero()[0]  # positions in rest
             rows = rest[at]
             # Read as lists: these rows' counts do not change until something is preempted.
             for pos, row, computed, n in zip((start + at).tolist(), rows.tolist(),
@@ -254,7 +216,7 @@ class Scheduler:
                     start = pos + 1
                     left = budget - int(alloc[order[:start]].sum())
                     rest = order[start:]
-                    alloc[rest] = _shares(np.where(alive[rest], want[rest], 0), left)
+                    alloc[rest] = budget_shares(np.where(alive[rest], want[rest], 0), left)
                     break
             else:
                 return preempted
