@@ -93,6 +93,8 @@ class KVCacheManager:
     def blocks_to_admit(self, num_tokens: int, hits: list[int]) -> int:
         """Free blocks that holding num_tokens with these hit blocks takes: the blocks past the
         hits, plus the hits sitting in the free queue (taking them out uses free blocks)."""
+        if not hits:  # most admissions (and every one without a prefix cache)
+            return blocks_for(num_tokens, self.block_size)
         idle_hits = sum(self.blocks.ref_counts[b] == 0 for b in hits)
         return blocks_for(num_tokens, self.block_size) - len(hits) + idle_hits
 

@@ -119,7 +119,7 @@ class PagedBackend(PagedAdmission):
         return new
 
     def capacity(self, req: Request, num_tokens: int) -> int:
-        return self.manager.sequences[req.seq_id].num_blocks * self.cfg.block_size
+        return len(self.manager.sequences[req.seq_id].block_table) * self.block_size
 
     # -- growth ------------------------------------------------------------------------------
     def sync(self, req: Request, upto: int) -> None:

@@ -49,6 +49,9 @@ class PagedAdmission(ABC):
         # A step's blocks per group, and its lookups' hits per group, when traced.
         self.new_blocks: dict[int, GroupBlocks] | None = None
         self.group_hits: list[tuple[int, ...]] = []
+        # The most one request may hold: V1 holds its watermark back only while something else
+        # runs, so alone a request has every block.
+        self._room_alone = cfg.num_blocks - (cfg.watermark_blocks if cfg.engine == "v0" else 0)
 
     @property
     def num_free(self) -> int:
@@ -63,8 +66,7 @@ class PagedAdmission(ABC):
         # What admitting its longest sequence counts, summed over the groups (a windowed group
         # at most its cap).
         need = self.kv_cache.blocks_to_admit(req.longest, self.no_hit)
-        # V1 holds its watermark back only while something else runs: alone, a request has all.
-        room = self.cfg.num_blocks - (self.cfg.watermark_blocks if self.cfg.engine == "v0" else 0)
+        room = self._room_alone
         if need > room:
             return (f"needs {need} blocks at its longest (prompt {req.spec.prompt_len} + "
                     f"max_tokens {req.max_tokens}), the pool admits at most {room}")

@@ -5,8 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+import numpy as np
+
 from kernels.reference import AttentionCheck
+from lab.serving.synthetic_kv import VOCAB
 from lab.serving.workloads import RequestSpec
+
+# One int object per token id, which a drawn request's tokens share (an object array's tolist
+# returns its objects): a replay holds millions of tokens, and an int object each would spread
+# them over memory that every copy of a token list then walks.
+TOKEN_IDS = np.array(range(VOCAB), dtype=object)
 
 
 class RequestState(StrEnum):
@@ -105,3 +113,19 @@ class StepDetail:
     preemptions: tuple[tuple[int, int, int, int], ...]  # (req, computed, tokens, free before)
     lookups: tuple[tuple[int, int, int], ...]  # (req, tokens looked up, hit tokens)
     free_after_schedule: int
+
+
+def planned_tokens(specs: list[RequestSpec], rng: np.random.Generator) -> list[list[int]]:
+    """Each arrival's tokens, prompt then outputs: its own, or drawn. One draw for all of
+    them reads the generator's stream in the same order as a draw each, so it gives the
+    same ids, without the cost of a call per request."""
+    drawn = sum(spec.total_len for spec in specs if not spec.tokens)
+    ids = TOKEN_IDS[rng.integers(0, VOCAB, drawn)].tolist() if drawn else []
+    planned, start = [], 0
+    for spec in specs:
+        if spec.tokens:
+            planned.append(list(spec.tokens))
+        else:
+            planned.append(ids[start:start + spec.total_len])
+            start += spec.total_len
+    return planned

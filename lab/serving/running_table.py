@@ -17,37 +17,52 @@ INT_COLUMNS = ("computed", "length", "cap", "outputs", "target", "priority", "ar
 FLOAT_COLUMNS = ("first_token_s", "last_token_s")
 
 
+def budget_shares(want: np.ndarray, budget: int) -> np.ndarray:
+    """Each row's tokens when rows take their wish in turn from the budget (cumsum - want: what
+    the rows before it wished, all of which they got until the budget ran out); a new array."""
+    wished = want.cumsum()
+    if not len(want) or wished[-1] <= budget:  # every wish fits (most steps)
+        return want.copy()
+    return np.minimum(want, np.maximum(budget - (wished - want), 0))
+
+
 class RunningTable:
+    """Columns (one row per running request):
+    computed: tokens whose K/V is in the pool; length: tokens held, prompt + emitted;
+    cap: slots allocated (blocks x size, or reservation); outputs: tokens emitted;
+    target: output length (done when outputs reach it); priority; arrival: arrival rank
+    (vLLM's arrival_time order); order: admission rank; total: K/V computed over its life
+    (recompute too); first_token_s: NaN until the first token; last_token_s.
+
+    The int columns are the rows of one 2D array and the float ones of another, each column a
+    view of its row: adding or dropping requests is then one numpy call per array, not one per
+    column (a replay admits and finishes thousands of requests)."""
+
     def __init__(self) -> None:
         self.reqs: list[Request] = []
-        self.computed = np.zeros(0, dtype=np.int64)  # tokens whose K/V is in the pool
-        self.length = np.zeros(0, dtype=np.int64)  # tokens held: prompt + emitted
-        self.cap = np.zeros(0, dtype=np.int64)  # slots allocated (blocks x size, or reservation)
-        self.outputs = np.zeros(0, dtype=np.int64)  # tokens emitted
-        self.target = np.zeros(0, dtype=np.int64)  # output length: done when outputs reach it
-        self.priority = np.zeros(0, dtype=np.int64)
-        self.arrival = np.zeros(0, dtype=np.int64)  # arrival rank: vLLM's arrival_time order
-        self.order = np.zeros(0, dtype=np.int64)
-        self.total = np.zeros(0, dtype=np.int64)  # K/V computed over its life (recompute too)
-        self.first_token_s = np.zeros(0)  # NaN until the first token
-        self.last_token_s = np.zeros(0)
+        self._ints = np.zeros((len(INT_COLUMNS), 0), dtype=np.int64)
+        self._floats = np.zeros((len(FLOAT_COLUMNS), 0))
+        self._bind()
+
+    def _bind(self) -> None:
+        """Name each column: a view of its row, so in-place updates reach the 2D arrays."""
+        (self.computed, self.length, self.cap, self.outputs, self.target, self.priority,
+         self.arrival, self.order, self.total) = self._ints
+        self.first_token_s, self.last_token_s = self._floats
 
     def __len__(self) -> int:
         return len(self.reqs)
 
-    def add(self, req: Request, cap: int) -> int:
-        """Append a row for `req` (its fields as they are now); return the row index."""
-        first = np.nan if req.first_token_s is None else req.first_token_s
-        values = {"computed": req.num_computed, "length": req.length, "cap": cap,
-                  "outputs": req.num_output, "target": req.spec.output_len,
-                  "priority": req.spec.priority, "arrival": req.arrival,
-                  "order": req.order,
-                  "total": req.num_computed_total,
-                  "first_token_s": first, "last_token_s": req.last_token_s}
-        for name, value in values.items():
-            setattr(self, name, np.append(getattr(self, name), value))
-        self.reqs.append(req)
-        return len(self.reqs) - 1
+    def add(self, admitted: list[tuple[Request, int]]) -> None:
+        """Append a row for each (request, slot capacity), its fields as they are now."""
+        ints = [(r.num_computed, r.length, cap, r.num_output, r.spec.output_len, r.spec.priority,
+                 r.arrival, r.order, r.num_computed_total) for r, cap in admitted]
+        floats = [(np.nan if r.first_token_s is None else r.first_token_s, r.last_token_s)
+                  for r, _ in admitted]
+        self._ints = np.concatenate([self._ints, np.array(ints, dtype=np.int64).T], axis=1)
+        self._floats = np.concatenate([self._floats, np.array(floats).T], axis=1)
+        self._bind()
+        self.reqs += [r for r, _ in admitted]
 
     def store(self, row: int) -> Request:
         """Copy a row's progress back into its Request."""
@@ -67,9 +82,19 @@ class RunningTable:
 
     def keep(self, alive: np.ndarray) -> None:
         """Drop the rows where `alive` is False, keeping the others' order."""
-        for name in INT_COLUMNS + FLOAT_COLUMNS:
-            setattr(self, name, getattr(self, name)[alive])
-        self.reqs = [r for r, a in zip(self.reqs, alive) if a]
+        rows = alive.nonzero()[0]
+        self._ints, self._floats = self._ints.take(rows, axis=1), self._floats.take(rows, axis=1)
+        self._bind()
+        for row in (~alive).nonzero()[0][::-1].tolist():  # a few rows leave in a step
+            del self.reqs[row]
+
+    def needs_blocks(self, alloc: np.ndarray, block_size: int, hashes: bool) -> np.ndarray:
+        """Per row: do its `alloc` tokens of this step need a block (or, hashing, fill one)?"""
+        end = self.computed + alloc
+        calls = end > self.cap
+        if hashes:  # a block this step fills is hashed now
+            calls |= end // block_size > self.computed // block_size
+        return calls
 
     def process_order(self, by_priority: bool) -> np.ndarray | None:
         """Rows in the order vLLM V0 served them: (priority, admission) under the priority

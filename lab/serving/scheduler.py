@@ -40,9 +40,8 @@ from lab.serving.cost_model import Cost, attention_pairs
 from lab.serving.decisions import admitted_line, grown_line, preempted_line
 from lab.serving.guess_backend import GuessBackend
 from lab.serving.kv_backends import make_backend
-from lab.serving.request import IterationRecord, Request, RequestState, StepDetail
-from lab.serving.running_table import RunningTable, step_detail
-from lab.serving.synthetic_kv import VOCAB
+from lab.serving.request import IterationRecord, Request, RequestState, StepDetail, planned_tokens
+from lab.serving.running_table import RunningTable, budget_shares, step_detail
 from lab.serving.workloads import RequestSpec
 
 S = RequestState
@@ -50,12 +49,6 @@ S = RequestState
 
 class SchedulerStuck(RuntimeError):
     """No request could be scheduled although work is left (a configuration the checks missed)."""
-
-
-def _shares(want: np.ndarray, budget: int) -> np.ndarray:
-    """Each row's tokens when rows take their wish in turn from the budget (cumsum - want: what
-    the rows before it wished, all of which they got until the budget ran out)."""
-    return np.minimum(want, np.maximum(budget - (np.cumsum(want) - want), 0))
 
 
 class Scheduler:
@@ -118,9 +111,10 @@ class Scheduler:
     def _arrive(self) -> None:
         if self.idle and self.pending:
             self.clock = max(self.clock, self.pending[0].arrival_s)  # idle until the next one
+        arrived = []
         while self.pending and self.pending[0].arrival_s <= self.clock:
-            spec = self.pending.popleft()
-            planned = list(spec.tokens) or self.rng.integers(0, VOCAB, spec.total_len).tolist()
+            arrived.append(self.pending.popleft())
+        for spec, planned in zip(arrived, planned_tokens(arrived, self.rng)):
             req = Request(spec, planned, spec.prompt_len, arrival=self._arrivals)
             self._arrivals += 1
             self.requests[spec.req_id] = req
@@ -157,34 +151,37 @@ class Scheduler:
         if self.done:
             return None
         self.backend.events.step = self.iteration  # stamp the memory's events
-        t, cfg = self.table, self.cfg
-        order = None if self.v1 else t.process_order(cfg.policy == "priority")
-        if order is None:
-            order = np.arange(len(t))
+        t, cfg, budget = self.table, self.cfg, self.cfg.max_num_batched_tokens
         want = t.length - t.computed  # >= 1: a running request always has a token to compute
         threshold = cfg.long_prefill_token_threshold
         self._long_cap = threshold if threshold and len(t) + len(self.waiting) > 1 else 0
         if self._long_cap:
             want = np.minimum(want, threshold)
-        alloc = np.zeros(len(t), dtype=np.int64)
-        alloc[order] = _shares(want[order], cfg.max_num_batched_tokens)
+        by_rank = None if self.v1 else t.process_order(cfg.policy == "priority")
+        if by_rank is None:  # the rows as they are (vLLM V1's running list)
+            order, alloc = np.arange(len(t)), budget_shares(want, budget)
+        else:
+            order, alloc = by_rank, np.zeros(len(t), dtype=np.int64)
+            alloc[order] = budget_shares(want[order], budget)
         alive = np.ones(len(t), dtype=bool)
         running_rows = len(t)
         preempted = self._find_blocks(order, want, alloc, alive)
+        new_tokens = int(alloc.sum())
         if not preempted:
-            shares = self._admit(len(t), cfg.max_num_batched_tokens - int(alloc.sum()))
+            shares = self._admit(len(t), budget - new_tokens)
             if shares:
+                new_tokens += sum(shares)
                 alloc = np.concatenate([alloc, np.array(shares, dtype=np.int64)])
                 alive = np.concatenate([alive, np.ones(len(shares), dtype=bool)])
         elif self.waiting and cfg.explain:
             self._say("no admission in this step: it preempted"
                       + (" (vLLM V1 admits nothing in a step that preempted)" if self.v1 else ""))
-        if not alloc.any() and not preempted:  # a request that preempted itself runs next time
+        if not new_tokens and not preempted:  # a request that preempted itself runs next time
             raise SchedulerStuck(f"step {self.iteration}: nothing could run with "
                                  f"{len(self.waiting)} waiting and {len(self.swapped)} swapped")
         if self._detailed:
             self._keep_detail(alloc, alive, running_rows)
-        return self._execute(alloc, alive, preempted)
+        return self._execute(alloc, alive, preempted, new_tokens)
 
     def _find_blocks(self, order: np.ndarray, want: np.ndarray, alloc: np.ndarray,
                      alive: np.ndarray) -> int:
@@ -192,46 +189,37 @@ class Scheduler:
         preempting until each gets them or is the victim itself; victims get alloc 0 and alive
         False, and the rows after get their shares of the budget again."""
         t, bs, budget = self.table, self.backend.block_size, self.cfg.max_num_batched_tokens
-        end = t.computed + alloc
-        calls = end > t.cap
-        if self.backend.hashes:  # a block this step fills is hashed now
-            calls |= end // bs > t.computed // bs
-        if not calls.any():
-            return 0
-        positions = np.flatnonzero(calls[order]).tolist()
-        preempted, i = 0, 0
-        while i < len(positions):
-            pos = positions[i]
-            row = int(order[pos])
-            i += 1
-            if not alive[row] or not alloc[row]:
-                continue
-            before = preempted
-            while alive[row]:
-                req, computed = t.reqs[row], int(t.computed[row])
-                taken = self.backend.taken
-                cap = self.backend.grow(req, computed, int(alloc[row]))
-                if cap is not None:
-                    if self.cfg.explain and computed < req.length - 1:
-                        new = self.backend.taken - taken if bs else 0  # over every group
-                        self._say(grown_line(req.req_id, computed, int(alloc[row]),
-                                             req.length, new))
-                    t.cap[row] = cap
+        preempted, start = 0, 0
+        while True:
+            rest = order[start:]
+            needs = t.needs_blocks(alloc, bs, self.backend.hashes)
+            at = needs[rest].nonzero()[0]  # positions in rest
+            rows = rest[at]
+            # Read as lists: these rows' counts do not change until something is preempted.
+            for pos, row, computed, n in zip((start + at).tolist(), rows.tolist(),
+                                             t.computed[rows].tolist(), alloc[rows].tolist()):
+                before = preempted
+                while alive[row]:
+                    req, taken = t.reqs[row], self.backend.taken
+                    cap = self.backend.grow(req, computed, n)
+                    if cap is not None:
+                        if self.cfg.explain and computed < req.length - 1:
+                            new = self.backend.taken - taken if bs else 0  # over every group
+                            self._say(grown_line(req.req_id, computed, n, req.length, new))
+                        t.cap[row] = cap
+                        break
+                    victim = self._victim(order, alive)
+                    self._preempt(victim, row)
+                    alive[victim], alloc[victim] = False, 0
+                    preempted += 1
+                if preempted > before:  # the budget and the rows left to serve changed
+                    start = pos + 1
+                    left = budget - int(alloc[order[:start]].sum())
+                    rest = order[start:]
+                    alloc[rest] = budget_shares(np.where(alive[rest], want[rest], 0), left)
                     break
-                victim = self._victim(order, alive)
-                self._preempt(victim, row)
-                alive[victim], alloc[victim] = False, 0
-                preempted += 1
-            if preempted > before:  # the budget and the rows left to serve changed
-                rest = order[pos + 1:]
-                left = budget - int(alloc[order[:pos + 1]].sum())
-                alloc[rest] = _shares(np.where(alive[rest], want[rest], 0), left)
-                end = t.computed + alloc
-                calls = end > t.cap
-                if self.backend.hashes:
-                    calls |= end // bs > t.computed // bs
-                positions = positions[:i] + (pos + 1 + np.flatnonzero(calls[rest])).tolist()
-        return preempted
+            else:
+                return preempted
 
     def _victim(self, order: np.ndarray, alive: np.ndarray) -> int:
         if self.v1 and self.cfg.policy == "priority":
@@ -273,9 +261,11 @@ class Scheduler:
         allow; return the new rows' token shares."""
         cfg, t = self.cfg, self.table
         shares: list[int] = []
+        rows: list[tuple[Request, int]] = []  # the admitted requests and their slot capacity
+        watermark = cfg.watermark_blocks
         while budget > 0 and seats_taken + len(shares) < cfg.max_num_seqs:
             # V1 holds the watermark back only while something runs; V0 always did.
-            reserve = cfg.watermark_blocks if not self.v1 or seats_taken + len(shares) else 0
+            reserve = watermark if not self.v1 or seats_taken + len(shares) else 0
             if self.swapped:
                 req = self.swapped[0]
                 short = self.backend.swap_in_shortfall(req, reserve)
@@ -317,11 +307,13 @@ class Scheduler:
             req.state, req.order = S.RUNNING, self._order
             self._order += 1
             self._admitted.append(req.req_id)
-            row = t.add(req, cap)
             if req.num_computed + n > cap:  # a swapped-in decode: its next token needs a block
-                t.cap[row] = self.backend.grow(req, req.num_computed, n)
+                cap = self.backend.grow(req, req.num_computed, n)
+            rows.append((req, cap))
             shares.append(n)
             budget -= n
+        if rows:
+            t.add(rows)  # one call for the step's admissions: each call copies every column
         return shares
 
     def _keep_detail(self, alloc: np.ndarray, alive: np.ndarray, running_rows: int) -> None:
@@ -331,45 +323,49 @@ class Scheduler:
         self._victims, self._lookups = [], []
         blocks.clear()
 
-    def _execute(self, alloc: np.ndarray, alive: np.ndarray, preempted: int) -> IterationRecord:
+    def _execute(self, alloc: np.ndarray, alive: np.ndarray, preempted: int,
+                 new_tokens: int) -> IterationRecord:
         t = self.table
         scheduled = alloc > 0  # rows not computed this step (and victims) have alloc 0
         end = t.computed + alloc
-        decode = int(((alloc == 1) & (t.length == end) & (t.outputs > 0)).sum())
-        new_tokens = int(alloc.sum())
+        ends = end[scheduled]
+        # K/V caught up: the model samples a token. Every row had a token to compute before
+        # the step, so only rows computed in it can catch up.
+        caught = end == t.length
+        first = caught & (t.outputs == 0)  # its first token (first_token_s is NaN until then)
+        later = caught & ~first
+        decode = np.count_nonzero(later & (alloc == 1))
         pairs = int(attention_pairs(alloc, end).sum())
         block_size = self.backend.block_size
-        visits = int(blocks_for(end[scheduled], block_size).sum()) if block_size else 0
+        visits = int(blocks_for(ends, block_size).sum()) if block_size else 0
         ops, self._taken = self.backend.taken - self._taken, self.backend.taken
-        cost = self.cost.iteration(new_tokens, int(end[scheduled].sum()), pairs, visits, ops)
-        rows = np.flatnonzero(scheduled)
+        cost = self.cost.iteration(new_tokens, int(ends.sum()), pairs, visits, ops)
         check = None
         if self.backend.computes:
             check = self.backend.compute([(t.reqs[r], int(t.computed[r]), int(alloc[r]))
-                                          for r in rows])
+                                          for r in np.flatnonzero(scheduled)])
         start_s = self.clock
         self.clock = now = start_s + cost.seconds
         t.computed += alloc
         t.total += alloc
-        caught = scheduled & (t.computed == t.length)  # K/V caught up: the model samples a token
-        t.outputs[caught] += 1
-        first = caught & np.isnan(t.first_token_s)
+        t.outputs += caught
         t.first_token_s[first] = now
-        later = caught & ~first
-        if later.any():
-            self.itl.append(now - t.last_token_s[later])
+        gaps = now - t.last_token_s[later]
+        if gaps.size:
+            self.itl.append(gaps)
         t.last_token_s[caught] = now
-        done = caught & (t.outputs >= t.target)
-        t.length[caught & ~done] += 1
-        finished = [t.reqs[r].req_id for r in np.flatnonzero(done)]
-        for r in np.flatnonzero(done):
-            self._finish(int(r))
-        alive &= ~done
-        if not alive.all():
+        done = (caught & (t.outputs >= t.target)).nonzero()[0].tolist()
+        finished = [t.reqs[r].req_id for r in done]
+        for r in done:
+            self._finish(r)
+        # The sampled tokens join their sequences (the finished rows, stored already, leave).
+        t.length += caught
+        if done or preempted:
+            alive[done] = False
             t.keep(alive)
         usage, waste = self.backend.usage(t.length, t.cap, self.next_in_line())
         record = IterationRecord(
-            self.iteration, start_s, cost.seconds, cost.bound, len(rows), len(t),
+            self.iteration, start_s, cost.seconds, cost.bound, len(ends), len(t),
             len(self.waiting), len(self.swapped), new_tokens - decode, decode, usage, waste,
             preempted, self.num_finished, tuple(self._admitted), tuple(finished),
             tuple(self._preempted), check, tuple(self._lines))
