@@ -14,17 +14,14 @@ A step (vllm/v1/core/sched/scheduler.py, `Scheduler.schedule` then `update_from_
    (`scheduler_reserve_full_isl`; the watermark held back only while something runs), and
    only the first chunk's blocks are allocated. A refusal ends admission for the step.
 3. Full blocks are hashed as they are allocated, before the model runs.
-4. The batch runs: simulated time from the cost model; in compute mode the K/V are written and
-   the real paged-attention kernel runs, checked against dense attention. A request whose
-   computed tokens caught up with its tokens samples its next one; at its output length it
-   finishes and frees its blocks.
+4. The batch runs (simulated time; in compute mode the real kernel, checked against dense
+   attention). A request whose computed tokens caught up samples its next token; at its
+   output length it finishes and frees its blocks.
 
-`engine="v0"` runs the paper's engine (2023) in the same loop, as a labelled comparison: rows
-served by priority, a prompt's blocks all taken at admission, a 1 % watermark, swapped
-requests brought back first, preemption by swap to CPU blocks or by recompute.
-
-A request that can never fit (even alone in the pool) is rejected when it arrives.
-Every decision is kept as one line of text when `explain` is on.
+`engine="v0"` runs the paper's engine (2023) in the same loop, labelled so: rows by priority,
+a prompt's blocks all at admission, a 1 % watermark, swapped requests back first, preemption
+by swap to CPU blocks or by recompute. A request that can never fit (even alone in the pool)
+is rejected when it arrives; with `explain`, every decision is kept as one line of text.
 """
 
 from __future__ import annotations
@@ -107,7 +104,6 @@ class Scheduler:
             self._last_wait = line
             self._say(line)
 
-    # -- arrivals ----------------------------------------------------------------------------
     def _arrive(self) -> None:
         if self.idle and self.pending:
             self.clock = max(self.clock, self.pending[0].arrival_s)  # idle until the next one
@@ -142,7 +138,6 @@ class Scheduler:
         else:
             self.waiting.append(req)
 
-    # -- one step ----------------------------------------------------------------------------
     def step(self) -> IterationRecord | None:
         """Run one step; None when every request is finished or rejected."""
         self._arrive()
@@ -379,14 +374,12 @@ class Scheduler:
         self.backend.release(req)
         req.state, req.finish_s = S.FINISHED, self.clock
         self.num_finished += 1
-        if self.cfg.explain:
-            self._say(f"request {req.req_id} finished: {req.num_output} tokens, freed its memory")
+        self._say(f"request {req.req_id} finished: {req.num_output} tokens, freed its memory")
 
     def next_in_line(self) -> Request | None:
         """The request to be admitted next (a contiguous server measures its holes by it)."""
         return self.waiting[0] if self.waiting else None
 
-    # -- views for pages and tests -----------------------------------------------------------
     def running(self) -> list[Request]:
         """The running requests, their progress copied out of the table."""
         self.table.store_all()
