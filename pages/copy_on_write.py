@@ -145,7 +145,7 @@ def pool_figure(frame: BranchFrame, v1: bool):
     copied = sorted({b for e in view.events if e.kind == "copy"
                      for b in (e.detail["src"], e.detail["dst"])})
     snapshot, names = view.by_branch()
-    return pool_grid(snapshot, names, highlight=copied, columns=8, title=f"{tag} KV pool")
+    return pool_grid(snapshot, names, highlight=copied, title=f"{tag} KV pool")
 
 
 def pool(frame: BranchFrame, v1: bool) -> None:

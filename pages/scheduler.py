@@ -22,7 +22,7 @@ from ui.scenario import export_lesson, frames, lesson_question, live_badge
 from ui.scheduler_runs import chain_section, replay_section, sweeps_section
 from ui.scheduler_views import cost_widgets, engine_widgets, workload_widgets
 from ui.sidebar import sidebar
-from ui.state import bool_param, choice_param, seed, set_param
+from ui.state import bool_param, choice_param, is_classroom, seed, set_param
 from ui.step_controls import announce, step_controls
 
 sidebar()
@@ -197,9 +197,13 @@ QUESTIONS = victim_question() + chunk_question()
 EVENTS = event_steps(all_frames)
 
 
+# Two pools side by side: in classroom type, 16 tiles in half the width crowd their labels.
+POOL_COLUMNS = None if is_classroom() else 16
+
+
 def pool_figure(frame):
     if cfg.allocator == "paged":
-        return pool_grid(frame.picture, frame.names, columns=16,
+        return pool_grid(frame.picture, frame.names, columns=POOL_COLUMNS,
                          highlight=list(frame.new_blocks))
     return region_map(frame.picture.regions, cfg.capacity_slots)
 
@@ -231,7 +235,7 @@ def other_panel(step: int) -> None:
     frame = frames_[k]
     st.markdown(f"**{other_story.config.label}**, same workload, step {frame.record.index}"
                 + (" (it served everything earlier)" if k < step else ""))
-    show_figure(pool_grid(frame.picture, frame.names, columns=16,
+    show_figure(pool_grid(frame.picture, frame.names, columns=POOL_COLUMNS,
                           highlight=list(frame.new_blocks)), key="sched_grid_other")
     st.caption(f"Preemptions so far: {frame.preemptions} · waiting {frame.record.num_waiting}"
                f" · swapped {frame.record.num_swapped} · finished {frame.finished} / "

@@ -35,7 +35,7 @@ from ui.state import bind_param, current_page, parse_int, register
 
 STEP_MOVED = "_ui_step_moved"  # session: this run shows another step than the last one
 LIVE_REGION = "_ui_live_region"  # session: this run's placeholder for `announce`
-SHORT_LABEL = 24  # characters of an event label that fit on the Next button
+SHORT_LABEL = 18  # characters of an event label that fit on the Next button
 SPEEDS = {"0.5×": 2.0, "1×": 1.0, "2×": 0.5, "4×": 0.25}  # label -> seconds per step
 DEFAULT_SPEED = "2×"
 
@@ -108,7 +108,7 @@ def next_event(events: Sequence[tuple[int, str]], step: int) -> tuple[int, str] 
 
 def _buttons(key: str, step: int, last_step: int, playing: bool,
              events: Sequence[tuple[int, str]]) -> None:
-    widths = [1, 1, 1, 1, 3, 1.4] if events else [1, 1, 1, 1, 1.6]
+    widths = [1.1, 1, 1, 1, 2, 1.3] if events else [1, 1, 1, 1, 1.6]
     reset, back, forward, play, *jump, speed = st.columns(widths, vertical_alignment="bottom")
     reset.button("Reset", key=f"{key}_reset", icon=":material/first_page:", on_click=_move,
                  args=(key, -last_step, last_step), disabled=step == 0, shortcut="Home",
@@ -127,12 +127,13 @@ def _buttons(key: str, step: int, last_step: int, playing: bool,
     if jump:
         coming = next_event(events, step)
         at, label = coming if coming is not None else (step, "")
-        # A long description goes in the tooltip: the button keeps one line beside the others.
-        text = (f"Next: {label} at step {at}" if len(label) <= SHORT_LABEL
-                else f"Next event: step {at}") if coming else "No event ahead"
+        # The button stays short beside the others; its tooltip says the step and the whole
+        # description.
+        text = ("No event ahead" if coming is None else
+                f"Next: {label}" if len(label) <= SHORT_LABEL else "Next event")
         jump[0].button(text, key=f"{key}_next_event", icon=":material/skip_next:", on_click=_go,
                        args=(key, at), disabled=coming is None, shortcut="N",
-                       help=f"Jump to the story's next event (N){': ' + label if label else ''}")
+                       help=f"Jump to step {at}: {label} (N)" if coming else "No event ahead")
     speed.select_slider("Play speed", options=list(SPEEDS), value=DEFAULT_SPEED,
                         key=f"{key}_speed",
                         help="1× is one step per second (slower if a step takes longer to "
