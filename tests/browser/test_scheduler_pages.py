@@ -37,7 +37,7 @@ def test_step_then_replay(page, app_url: str, tmp_path: Path) -> None:
 
 def test_pasted_metrics(page, app_url: str, tmp_path: Path) -> None:
     open_page(page, f"{app_url}/serving_metrics")
-    box = page.locator("textarea").first
+    box = page.locator("[data-testid=\"stMain\"] textarea").first  # the sidebar has one too
     box.fill(CURRENT)
     box.press("Control+Enter")
     page.get_by_text("Prefix-cache hit rate").wait_for(timeout=60_000)
