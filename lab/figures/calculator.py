@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from lab.figures.style import CACHED_COLOR, HIGHLIGHT_COLOR, PALE, PALETTE, lab_template, lighten
+from lab.figures.style import CACHED_COLOR, HIGHLIGHT_COLOR, PALE, PALETTE, apply_template, lighten
 from lab.sizing.capacity import GIB, CapacitySheet
 from lab.sizing.kv_formula import KV_DTYPES, KVLayout, kv_layout
 
@@ -20,9 +20,9 @@ POINTS = 200
 
 
 def _base(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
-    fig.update_layout(title=title, height=height, template=lab_template(),
-                      margin=dict(l=70, r=30, t=90, b=60), font_size=14,
-                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+    apply_template(fig).update_layout(
+        title=title, height=height, margin=dict(l=70, r=30, t=90, b=60), font_size=14,
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
     return fig
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.figures.style import PALETTE, lab_template
+from lab.figures.style import PALETTE, apply_template
 from lab.memory.contiguous import Region
 from lab.serving.chain import ChainRow
 from lab.serving.runs import SweepPoint
@@ -20,10 +20,10 @@ FONT = dict(size=15)
 
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
-    fig.update_layout(title=dict(text=title, x=0, xanchor="left"), height=height,
-                      template=lab_template(), font=FONT, margin=dict(l=60, r=20, t=90, b=40),
-                      legend=dict(orientation="h", x=1, xanchor="right", y=1.08,
-                                  yanchor="bottom"))
+    apply_template(fig).update_layout(
+        title=dict(text=title, x=0, xanchor="left"), height=height, font=FONT,
+        margin=dict(l=60, r=20, t=90, b=40),
+        legend=dict(orientation="h", x=1, xanchor="right", y=1.08, yanchor="bottom"))
     return fig
 
 
