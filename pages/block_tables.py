@@ -141,7 +141,7 @@ def show_step(step: int) -> None:
                 "Hover any cell for its slot.", title="How to read the figures")
         export_trace(story, step)
         export_lesson(story, step_view, last, idle=IDLE, questions=lambda: [
-            lesson_question(question, reveal) for question, reveal in QUESTIONS])
+            lesson_question(question, reveal, until=reveal) for question, reveal in QUESTIONS])
         for question in questions.later:  # the others wait at the end of the page
             question.ask()
         next_page(step == last)
