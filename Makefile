@@ -3,6 +3,9 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 8501
+# Test processes (pytest-xdist): the browser tests mostly wait on their app's server, so two
+# share two cores well; each worker serves its own app on its own ports (tests/browser/harness.py).
+TEST_WORKERS ?= 2
 # The Triton interpreter leans on numpy; on a small CPU, one BLAS thread is fastest.
 export OPENBLAS_NUM_THREADS ?= 1
 
@@ -51,7 +54,7 @@ run: install
 	$(PY) -m ui.serve --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
 
 test: install-test
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 bench: install
 	$(PY) bench/allocator.py

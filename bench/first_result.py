@@ -47,10 +47,12 @@ def timeline(page, click) -> list[tuple[float, int, int, int]]:
 
 def first_and_last(changes) -> tuple[float | None, float]:
     """The first change that adds a table or figure while the view still runs (its progress
-    bar up) or, for a view that shows nothing before its end, its end; and the last change."""
-    before = changes[0]
-    first = next((t for t, figs, tables, bars in changes[1:]
-                  if bars and (figs > before[1] or tables > before[2])), None)
+    bar up) and stays 0.2 s at least (not a note flashing by), or None for a view that shows
+    nothing before its end; and the last change."""
+    before, ends = changes[0], [t for t, *_ in changes[1:]] + [float("inf")]
+    first = next((t for (t, figs, tables, bars), end in zip(changes[1:], ends[1:])
+                  if bars and (figs > before[1] or tables > before[2]) and end - t >= 0.2),
+                 None)
     return first, changes[-1][0]
 
 
