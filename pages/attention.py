@@ -9,7 +9,7 @@ from lab.scenarios.block_tables import request_name
 from ui.chapters import chapter_strip, next_page
 from ui.kernel_badge import kernel_badge
 from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
-from ui.predict import Question, held_back
+from ui.predict import Question, hatched
 from ui.scenario import export_lesson, export_trace, frames, lesson_question, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, register, seed
@@ -115,7 +115,7 @@ def show_step(step: int) -> None:
         badge_col, shift_col = st.columns([2, 1])
         with badge_col:
             kernel_badge(frame.check)
-        with shift_col, held_back(SHIFT.answered, "the output change", key="att_shift"):
+        with shift_col, hatched(SHIFT.answered, "the output change", key="att_shift"):
             st.metric("Output change", view.counters["Output change"],
                       help="Largest difference between the kernel's output now and at "
                            "placement 0 (before any shuffle): the block table hides where "

@@ -8,7 +8,7 @@ from lab.memory.block_table import blocks_for
 from lab.scenarios.block_tables import BlockTablesStory, event_steps
 from ui.chapters import chapter_strip, next_page
 from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
-from ui.predict import Question, gate, held_back
+from ui.predict import Question, gate, hatched
 from ui.scenario import export_lesson, export_trace, frames, lesson_question, live_badge
 from ui.sidebar import sidebar
 from ui.state import is_classroom, seed
@@ -94,19 +94,19 @@ def show_step(step: int) -> None:
     frame, view = all_frames[step], step_view(step)
     parts = step_parts()
     questions = gate(QUESTIONS, step)
-    hidden = questions.hold
+    hidden = questions.hatch
     with parts.caption:
         for question in questions.due:  # asked right here, before the step that answers it
             question.ask()
-        with held_back(not hidden, "what this step did", key="bt_caption"):
-            step_caption(step, list(view.caption), held=hidden)
+        with hatched(not hidden, "what this step did", key="bt_caption"):
+            step_caption(step, list(view.caption), hatched=hidden)
     live = len(frame.snapshot.sequences)
     tips = {"Unused tail slots": "Allocated slots with no token yet: only the last block of "
                                  "each sequence can have them, so there are fewer than one "
                                  "block per sequence.",
             "Tail bound": f"Unused tail slots stay below one block per sequence: {live} "
                           f"sequence(s) × {block_size} slots."}
-    with parts.before, held_back(not hidden, "the counters", key="bt_counters"):
+    with parts.before, hatched(not hidden, "the counters", key="bt_counters"):
         for column, (label, value) in zip(st.columns(4), view.counters.items(), strict=True):
             column.metric(label, value, help=tips.get(label))
         live_badge(story, step, last, idle=IDLE)
@@ -116,7 +116,7 @@ def show_step(step: int) -> None:
     # step. On a projector the tables sit beside the pool, in view with it under the controls.
     widest = max(blocks_for(r.total_len, block_size) for r in frame.requests)
     tables_beside_pool = is_classroom() and widest <= 6
-    with parts.main, held_back(not hidden, "the pool", key="bt_pool"):
+    with parts.main, hatched(not hidden, "the pool", key="bt_pool"):
         pool_col, table_col = (st.columns([5, 2], vertical_alignment="top")
                                if tables_beside_pool else (st.container(), None))
         with pool_col:
@@ -125,7 +125,7 @@ def show_step(step: int) -> None:
             with table_col:
                 show_figure(view.figures["table"], key="table", file_name="block_table")
     with parts.after:
-        with held_back(not hidden, "the block tables", key="bt_tables"):
+        with hatched(not hidden, "the block tables", key="bt_tables"):
             st.markdown(legend_markdown(frame.snapshot, names), unsafe_allow_html=True)
             # Tables beside the strip when short, below it when they grow.
             strip_col, table_col = (st.columns([2, 1]) if widest <= 6 and not tables_beside_pool

@@ -40,7 +40,7 @@ from lab.sizing.vllm_sheet import (
 from lab.sizing.weights import WEIGHT_DTYPES, WEIGHT_FORMATS
 from ui.chapters import chapter_strip
 from ui.layout import bullets, explain, settings, show_figure
-from ui.predict import Question, held_back
+from ui.predict import Question, hatched
 from ui.sidebar import sidebar
 from ui.state import bool_param, choice_param, float_param, int_param
 
@@ -223,7 +223,7 @@ BYTES = Question(
 st.session_state[QUIZZED] = shown = BYTES.answered or st.session_state.get(QUIZZED, False)
 if not shown or BYTES.answered:
     BYTES.ask()
-with held_back(shown, "the sizes", key="calc_sizes"):
+with hatched(shown, "the sizes", key="calc_sizes"):
     st.latex(per_token_latex(layout))
     st.latex(batch_latex(layout, context, batch))
     if terms := family_terms(layout, context, block_size, prefix_caching):
@@ -240,7 +240,7 @@ rows = [
     (f"per sequence ({context:,} tokens)", seq_bytes),
     (f"batch of {batch:,} sequences", seq_bytes * batch),
 ]
-with held_back(shown, "the sizes", key="calc_table"):
+with hatched(shown, "the sizes", key="calc_table"):
     st.table({"quantity": [r[0] for r in rows], "bytes": [f"{r[1]:,}" for r in rows],
               "size (GiB = 2³⁰ B; GB = 10⁹ B)": [format_bytes(r[1]) for r in rows]})
     parts = [(f"{layout.num_full_layers} full-attention layers keep {context:,} tokens",
@@ -329,7 +329,7 @@ if dtype_key not in ("fp16", "fp8"):
     st.caption(f"vLLM's kv_cache_dtype has no {KV_DTYPES[dtype_key].label} (auto is the "
                "model's 16-bit dtype, or fp8): its sheet below uses the lab's bytes for it.")
 
-with held_back(shown, "the capacity sheets", key="calc_sheets"):
+with hatched(shown, "the capacity sheets", key="calc_sheets"):
     left, right = st.columns([2, 3])
     with left:
         st.subheader("The guide's formula")
@@ -387,7 +387,7 @@ else:
 chart = choice_param("Chart", "chart", ["KV memory vs context", "Weights vs KV cache",
                                          "KV dtype"], default="KV memory vs context",
                      widget="segmented")
-with held_back(shown, "the chart", key="calc_chart"):
+with hatched(shown, "the chart", key="calc_chart"):
     if chart == "KV memory vs context":
         show_figure(kv_vs_context_figure(layout, batch, context, plain.kv_budget_bytes), "calc_ctx")
     elif chart == "Weights vs KV cache":

@@ -15,7 +15,7 @@ from lab.scenarios.copy_on_write import (
 from lab.scenarios.cow_captions import v0_lines, v1_lines
 from ui.chapters import chapter_strip, next_page
 from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
-from ui.predict import Question, gate, held_back
+from ui.predict import Question, gate, hatched
 from ui.scenario import export_lesson, export_trace, frames, lesson_question, live_badge, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
@@ -184,13 +184,13 @@ def show_step(step: int) -> None:
     with parts.caption:
         for question in questions.due:
             question.ask()
-    hold = not questions.hold
-    with parts.main, held_back(hold, "the pools", key="cow_pool"):
+    shown = not questions.hatch
+    with parts.main, hatched(shown, "the pools", key="cow_pool"):
         for column, v1 in zip(st.columns(2, gap="medium"), (False, True)):
             with column:
                 pool(frame, v1)
     lines0, lines1 = step_lines(frame)
-    with parts.before, held_back(hold, "the counters and what this step did",
+    with parts.before, hatched(shown, "the counters and what this step did",
                                  key="cow_caption"):
         for column, v1, lines in zip(st.columns(2, gap="medium"), (False, True), (lines0, lines1)):
             with column:
@@ -199,12 +199,12 @@ def show_step(step: int) -> None:
                             + (", ".join(f"B{b}" for b in frame.live) or "none"))
                 bullets(lines)
         announce(step, "what it did is held back until you answer the question on the page."
-                 if questions.hold else " ".join(["V0:", *lines0, "V1:", *lines1]))
+                 if questions.hatch else " ".join(["V0:", *lines0, "V1:", *lines1]))
         live_badge(story, step, last, idle="Neither engine computes anything at this step: no "
                                            "attention to check.")
         st.caption("The badge checks the Triton kernel against dense attention for every token "
                    "either engine computed at this step, over its K/V through its block table.")
-    with parts.after, held_back(hold, "the run so far", key="cow_after"):
+    with parts.after, hatched(shown, "the run so far", key="cow_after"):
         st.markdown(legend_markdown(*frame.v0.by_branch()) + " &nbsp; red "
                     "outline: a copy at this step (the shared source and its new copy)",
                     unsafe_allow_html=True)

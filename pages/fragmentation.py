@@ -21,7 +21,7 @@ from lab.scenarios.fragmentation import (
 )
 from ui.chapters import chapter_strip, next_page
 from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
-from ui.predict import Question, held_back
+from ui.predict import Question, hatched
 from ui.scenario import export_lesson, export_trace, frames, lesson_question, live_badge, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
@@ -185,7 +185,7 @@ def show_step(step: int) -> None:
         # A static table: st.dataframe's interactive grid costs more to draw on every step.
         st.table(pd.DataFrame([_row("Contiguous", c), _row("Paged", p)])
                  .set_index("allocator").T)  # a row per quantity: it fits a phone
-        with held_back(PEAK.answered, "the run over time", key="frag_timeline"):
+        with hatched(PEAK.answered, "the run over time", key="frag_timeline"):
             show_figure(view.figures["timeline"], key="frag_timeline",
                         file_name="fragmentation_timeline")
         if frame.preemptions:
@@ -210,7 +210,7 @@ explain(
     "blocks need fewer entries but waste more. The chart averages every request of this "
     "workload over every length it passes through; the block size in use has the ink outline.",
     title="Why the block size matters")
-with held_back(TRADEOFF.answered, "the block-size sweep", key="frag_sweep"):
+with hatched(TRADEOFF.answered, "the block-size sweep", key="frag_sweep"):
     show_figure(sweep_figure(sweep, block_size), key="frag_sweep", file_name="block_size_sweep")
 TRADEOFF.ask()
 

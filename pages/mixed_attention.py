@@ -16,7 +16,7 @@ from lab.scenarios.mixed_models import MAX_MODEL_LEN, available_models, model_gr
 from ui.chapters import chapter_strip, next_page
 from ui.kernel_badge import kernel_badge
 from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
-from ui.predict import Question, gate, held_back
+from ui.predict import Question, gate, hatched
 from ui.scenario import (
     export_lesson,
     export_trace,
@@ -160,7 +160,7 @@ def show_step(step: int) -> None:
     asked_here = st.container()  # right under the controls, in classroom mode too
     parts = step_parts()
     questions = gate(QUESTIONS, step)
-    hidden = questions.hold
+    hidden = questions.hatch
     # The steady count below answers the window question: kept back until it is answered or
     # its step has gone by (gate closed it), hatched while it is asked, absent before.
     window_open = not (WINDOW_QUESTION.answered or WINDOW_QUESTION.closed)
@@ -173,8 +173,8 @@ def show_step(step: int) -> None:
             if question.answered or question is first_open:
                 question.ask()
     with parts.caption:
-        with held_back(not hidden, "what this step did", key="mx_caption"):
-            step_caption(step, list(view.caption), held=hidden)
+        with hatched(not hidden, "what this step did", key="mx_caption"):
+            step_caption(step, list(view.caption), hatched=hidden)
     tips = {"Full-attention blocks": "Physical blocks in use in the full-attention group (a "
                                      "block two requests share counts once).",
             "Sliding-window blocks": "Physical blocks in use in the sliding-window group"
@@ -184,7 +184,7 @@ def show_step(step: int) -> None:
                                         "has moved on."),
             "Null entries": "Block-table positions out of the window: no block held there."}
     with parts.before:
-        with held_back(not hidden, "the counters", key="mx_counters"):
+        with hatched(not hidden, "the counters", key="mx_counters"):
             for column, (label, value) in zip(st.columns(4), view.counters.items(),
                                               strict=True):
                 column.metric(label, value, help=tips.get(label))
@@ -203,16 +203,16 @@ def show_step(step: int) -> None:
                         st.caption("Not checked: this build's kernel takes no sliding window.")
                     else:
                         kernel_badge(check)
-    with parts.main, held_back(not hidden, "the block tables", key="mx_tables"):
+    with parts.main, hatched(not hidden, "the block tables", key="mx_tables"):
         show_figure(view.figures["tables"], key="mixed_tables",
                     file_name="block_tables_per_group", main=True)
     with parts.after:
-        with held_back(not hidden, "the pool", key="mx_pool"):
+        with hatched(not hidden, "the pool", key="mx_pool"):
             st.markdown(legend_markdown(frame), unsafe_allow_html=True)
             show_figure(view.figures["pool"], key="mixed_pool", file_name="kv_pool")
             show_figure(view.figures["held"], key="mixed_held", file_name="blocks_held")
         if window_asked or not window_open:
-            with held_back(not window_open, "why the window levels off", key="mx_why"):
+            with hatched(not window_open, "why the window levels off", key="mx_why"):
                 explain(
                     "**Why does the sliding window level off?** Token *p* attends to positions "
                     f"*p* − {window - 1} to *p*. Before each new token gets its slot, every block "

@@ -15,7 +15,7 @@ from lab.scenarios.prefix_cache import (
 )
 from ui.chapters import chapter_strip, next_page
 from ui.layout import explain, page_parts, settings, show_figure, step_caption, step_parts
-from ui.predict import Question, gate, held_back
+from ui.predict import Question, gate, hatched
 from ui.scenario import export_lesson, export_trace, frames, lesson_question, live_badge, or_stop
 from ui.sidebar import sidebar
 from ui.state import choice_param, int_param, seed
@@ -136,25 +136,25 @@ def show_step(step: int) -> None:
     with parts.caption:
         for question in questions.due:
             question.ask()
-    with parts.caption, held_back(not questions.hold, "what this step did", key="px_caption"):
-        step_caption(step, list(view.caption), held=questions.hold)
+    with parts.caption, hatched(not questions.hatch, "what this step did", key="px_caption"):
+        step_caption(step, list(view.caption), hatched=questions.hatch)
     tips = {"Hit rate (prompt tokens)": f"{frame.hit_tokens} of {frame.query_tokens} prompt "
                                         "tokens so far were found in the cache and not "
                                         "prefilled again.",
             "Free but cached": "Free blocks that still hold a full block's K/V and its hash: a "
                                "later request with the same prefix takes them back without "
                                "recomputing."}
-    with parts.before, held_back(not questions.hold, "the counters", key="px_counters"):
+    with parts.before, hatched(not questions.hatch, "the counters", key="px_counters"):
         for column, (label, value) in zip(st.columns(4), view.counters.items(), strict=True):
             column.metric(label, value, help=tips.get(label))
         live_badge(story, step, last)
-    with parts.main, held_back(not questions.hold, "the pool", key="px_pool"):
+    with parts.main, hatched(not questions.hatch, "the pool", key="px_pool"):
         show_figure(view.figures["pool"], key="prefix_pool", file_name="kv_pool", main=True)
     with parts.after:
         st.markdown(legend_markdown(frame.snapshot, names) + " &nbsp; red outline: hit or "
                     "evicted at this step &nbsp; A·L0: block L0 of app A's system prompt; "
                     "R3 on a grey tile: R3's own tokens", unsafe_allow_html=True)
-        with st.container(), held_back(not questions.hold, "the hash chain", key="px_chain"):
+        with st.container(), hatched(not questions.hatch, "the hash chain", key="px_chain"):
             if "hash_chain" in view.figures:  # (one block with or without: later ones stay put)
                 show_figure(view.figures["hash_chain"], key="prefix_chain",
                             file_name="hash_chain")
@@ -187,7 +187,7 @@ def show_step(step: int) -> None:
             "one at the front of the queue (red outline, **Evictions so far** + 1), and a later "
             "request with that prefix misses it.",
             title="Which free block goes first")
-        with held_back(not questions.hold, "the run so far", key="px_time"):
+        with hatched(not questions.hatch, "the run so far", key="px_time"):
             show_figure(view.figures["cache_over_time"], key="prefix_time",
                         file_name="prefix_cache_over_time")
         for question in questions.later:

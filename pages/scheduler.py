@@ -17,7 +17,7 @@ from lab.scenarios.story import MAX_STEPS
 from lab.serving.config import SchedulerConfig
 from ui.chapters import chapter_strip, next_page
 from ui.layout import explain, page_parts, settings, show_figure, step_parts
-from ui.predict import Question, gate, held_back
+from ui.predict import Question, gate, hatched
 from ui.scenario import export_lesson, frames, lesson_question, live_badge
 from ui.scheduler_runs import chain_section, replay_section, sweeps_section
 from ui.scheduler_views import cost_widgets, engine_widgets, workload_widgets
@@ -115,7 +115,7 @@ if section == "sweeps":
 story = AdmissionControlStory(cfg, requests, cost, seed())
 all_frames = frames(story, spinner="Scheduling every step…")
 if not all_frames:
-    reason = story.play().sched.requests[0].reject_reason if requests else ""
+    reason = story.stepper().sched.requests[0].reject_reason if requests else ""
     st.error(f"Every request was rejected, for example request 0: {reason}. Give the pool more "
              "blocks, lower max_tokens, raise the token budget or turn chunked prefill on.",
              icon=":material/view_module:")
@@ -256,9 +256,9 @@ def show_step(step: int) -> None:
             question.ask()
         st.markdown(f"**What the scheduler ({cfg.label}) decided in this step**")
         decisions = decisions_of(frame)
-        with held_back(not questions.hold, "the scheduler's decisions", key="sched_decisions"):
+        with hatched(not questions.hatch, "the scheduler's decisions", key="sched_decisions"):
             st.code("\n".join(decisions), language=None, wrap_lines=True)
-        announce(step, "; ".join(decisions) if not questions.hold else
+        announce(step, "; ".join(decisions) if not questions.hatch else
                  "the decisions are held back until you answer the question on the page.")
     with parts.before:
         m = st.columns(6)
@@ -283,7 +283,7 @@ def show_step(step: int) -> None:
         m[5].metric("Finished", f"{frame.finished} / {len(requests)}")
         if compute:
             live_badge(story, step, len(all_frames) - 1)
-        with held_back(not questions.asking, "the queues", key="sched_queues"):
+        with hatched(not questions.asking, "the queues", key="sched_queues"):
             q = st.columns(3)
             for col, title, items in ((q[0], "Waiting", frame.waiting),
                                       (q[1], "Running", frame.running),
@@ -291,7 +291,7 @@ def show_step(step: int) -> None:
                 with col.container(border=True):
                     st.markdown(f"**{title}** ({len(items)})")
                     st.caption(" · ".join(items) if items else "empty")
-    with parts.main, held_back(not questions.hold, "the pool", key="sched_pool"):
+    with parts.main, hatched(not questions.hatch, "the pool", key="sched_pool"):
         if cfg.allocator == "paged":
             left, right = st.columns(2)
             with left:
@@ -317,7 +317,7 @@ def show_step(step: int) -> None:
                     f"is re-admitted and finds its own block(s) {', '.join(map(str, blocks))} "
                     "still in the prefix cache: it recomputes only the rest.")
             # It names a preempted request: not while a question asks which one.
-            with held_back(not questions.asking, "the re-admission ahead", key="sched_own"):
+            with hatched(not questions.asking, "the re-admission ahead", key="sched_own"):
                 note, go = st.columns([4, 1], vertical_alignment="center")
                 note.info(text, icon=":material/replay:")
                 go.button("Go to that step", key="sched_go_own", disabled=step == at,

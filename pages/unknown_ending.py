@@ -6,7 +6,7 @@ import streamlit as st
 from lab.figures.lesson import StepView
 from lab.figures.unknown_ending import address_map, over_time
 from lab.memory.kv_pool import PoolConfig
-from lab.scenarios.ending_play import SystemStats
+from lab.scenarios.ending_stepper import SystemStats
 from lab.scenarios.unknown_ending import (
     GUESS_LOW,
     MAX_REQUESTS,
@@ -19,7 +19,7 @@ from lab.sizing.model_spec import load_presets
 from ui.chapters import chapter_strip, next_page
 from ui.layout import bullets, explain, page_parts, settings, show_figure, step_parts
 from ui.memo import shared
-from ui.predict import Question, gate, held_back
+from ui.predict import Question, gate, hatched
 from ui.scenario import (
     export_lesson,
     export_trace,
@@ -159,14 +159,14 @@ def show_step(step: int) -> None:
     frame = all_frames[step]
     parts = step_parts()
     questions = gate(QUESTIONS, step)
-    hidden = questions.hold
+    hidden = questions.hatch
     c, p = frame.contiguous, frame.paged
     with parts.caption:
         for question in questions.due:  # asked right here, before the step that answers it
             question.ask()
-        with held_back(not hidden, "what this step did", key="ue_caption"):
+        with hatched(not hidden, "what this step did", key="ue_caption"):
             bullets(caption_lines(frame))
-    with parts.before, held_back(not hidden, "the counters", key="ue_counters"):
+    with parts.before, hatched(not hidden, "the counters", key="ue_counters"):
         m1, m2, m3, m4, m5 = st.columns(5)
         m1.metric("Moves: contiguous", c.moves, delta="paged: 0", delta_color="off",
                   delta_arrow="off",
@@ -200,7 +200,7 @@ def show_step(step: int) -> None:
                   help="Measured: the wall time of the moves' K/V copies on the real tensor, "
                        "on this machine (time.perf_counter around each copy, synchronised on a "
                        "GPU). It varies from run to run.")
-    with parts.main, held_back(not hidden, "the address space", key="ue_map"):
+    with parts.main, hatched(not hidden, "the address space", key="ue_map"):
         show_figure(address_map(frame, cfg.capacity, guess), key="ue_map",
                     file_name="unknown_ending_map", main=True)
         holes = (" Violet and hatched (\"hole\"): free, but too small for the "
@@ -212,7 +212,7 @@ def show_step(step: int) -> None:
                    "arrow show where a moved region was. Each request keeps its colour in both "
                    "rows.")
     with parts.after:
-        with held_back(not hidden, "the run so far", key="ue_after"):
+        with hatched(not hidden, "the run so far", key="ue_after"):
             st.table(pd.DataFrame([_row("Contiguous", c), _row("Paged", p)])
                      .set_index("allocator").T)  # a row per quantity: it fits a phone
             show_figure(over_time(all_frames, step), key="ue_time",

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from lab.memory.kv_pool import PoolConfig
-from lab.scenarios.copy_on_write import BranchConfig, BranchPlay, CopyOnWriteStory
+from lab.scenarios.copy_on_write import BranchConfig, BranchStepper, CopyOnWriteStory
 from lab.scenarios.story import LiveRun
 from tests.engine_helpers import same
 
@@ -143,7 +143,7 @@ def test_v1_beam_search_sends_every_beam_as_a_new_request_each_step():
 def test_both_engines_on_the_real_pool_keep_every_branch_exact():
     cfg = BranchConfig(pool(16, 8), mode="beam", num_branches=3, prompt_len=20,
                        max_new_tokens=5)
-    scenario = BranchPlay(cfg, seed=3, store_kv=True)
+    scenario = BranchStepper(cfg, seed=3, store_kv=True)
     frames = run(cfg, seed=3)
     for frame in frames[:4]:
         assert scenario.advance() == frame
@@ -160,7 +160,7 @@ def test_both_engines_on_the_real_pool_keep_every_branch_exact():
 
 def test_the_kernel_checks_v1s_prefill_tails_over_their_hits():
     cfg = BranchConfig(pool(16, 8), num_branches=3, prompt_len=20, max_new_tokens=3)
-    scenario = BranchPlay(cfg, seed=1, store_kv=True)
+    scenario = BranchStepper(cfg, seed=1, store_kv=True)
     scenario.advance()
     v1 = scenario.v1.check_attention()
     # The three requests' new tokens: 20 + 4 + 4 queries (hits of 16), each over 20 tokens.
@@ -173,7 +173,7 @@ def test_bad_config_says_what_is_wrong():
         BranchConfig(pool(8), num_branches=8, prompt_len=30, max_new_tokens=10)
     with pytest.raises(ValueError, match="mode"):
         BranchConfig(mode="greedy")
-    scenario = BranchPlay(BranchConfig(max_new_tokens=1, mode="beam"), seed=0)
+    scenario = BranchStepper(BranchConfig(max_new_tokens=1, mode="beam"), seed=0)
     for _ in range(scenario.last_step + 1):
         scenario.advance()
     with pytest.raises(ValueError, match="ended"):
@@ -182,7 +182,7 @@ def test_bad_config_says_what_is_wrong():
 
 def test_live_run_steps_forward_and_rebuilds_to_go_back():
     cfg = BranchConfig(pool(8, 4), num_branches=2, prompt_len=6, max_new_tokens=4)
-    live = LiveRun((cfg, 0), lambda: BranchPlay(cfg, 0, store_kv=True))
+    live = LiveRun((cfg, 0), lambda: BranchStepper(cfg, 0, store_kv=True))
     frames = run(cfg, 0)
     for engine in ("v0", "v1"):
         assert getattr(live.at(2), engine).manager.snapshot() == getattr(frames[2], engine).snapshot
@@ -201,7 +201,7 @@ def test_live_run_checks_from_two_threads_run_once():
 
     def make():
         made.append(1)
-        return BranchPlay(cfg, 0, store_kv=True)
+        return BranchStepper(cfg, 0, store_kv=True)
 
     live = LiveRun((cfg, 0), make)
     results = []

@@ -11,7 +11,7 @@ from lab.scenarios.fragmentation import (
     DOUBLING,
     FragConfig,
     FragmentationStory,
-    FragPlay,
+    FragStepper,
     MemoryStats,
     block_size_sweep,
     blocked_by_holes,
@@ -33,10 +33,10 @@ def req(req_id: int, arrival: int, prompt_len: int, output_len: int,
 
 
 def simulate(cfg: FragConfig, requests: list[RequestSpec]) -> list:
-    play = FragPlay(cfg, tuple(replace(r, max_tokens=cfg.max_output) for r in requests), 0)
+    stepper = FragStepper(cfg, tuple(replace(r, max_tokens=cfg.max_output) for r in requests), 0)
     frames = []
-    while not play.done:
-        frames.append(play.advance())
+    while not stepper.done:
+        frames.append(stepper.advance())
     return frames
 
 
@@ -149,7 +149,7 @@ def test_bad_config_says_what_is_wrong():
 def test_paged_side_on_the_real_pool_matches_and_passes_the_kernel_check():
     story = FragmentationStory(FragConfig(num_requests=4), 5)
     frames = story.frames()
-    live = story.play(store_kv=True)
+    live = story.stepper(store_kv=True)
     for frame in frames[:6]:
         assert live.advance().snapshot == frame.snapshot
     live.servers["paged"].check_invariants()

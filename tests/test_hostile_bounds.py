@@ -1,5 +1,5 @@
 """The bounds on work an input can make large, checked before it starts: the scheduler views'
-cost model and budget, and the fragmentation story's length estimate.
+cost model and iteration allowance, and the fragmentation story's length estimate.
 
 bench/hostile.py measures the same bounds on real runs (time and memory, bench/RESULTS.md).
 """
@@ -17,7 +17,7 @@ from lab.serving.chain import batch_chain, chain_plan
 from lab.serving.config import COMPUTE_POOL, SchedulerConfig
 from lab.serving.runs import (
     ALLOCATORS,
-    Budget,
+    IterationAllowance,
     ReplayTooLong,
     check_work,
     likely_iterations,
@@ -63,10 +63,10 @@ def test_the_default_views_run_and_the_issues_maxima_are_refused() -> None:
 
 def test_a_replay_past_its_budget_stops_with_a_message() -> None:
     requests = from_preset("alpaca", 50, max_tokens=64)
-    budget = Budget(left=10)
+    allowance = IterationAllowance(left=10)
     with pytest.raises(ReplayTooLong, match="scheduler iterations"):
-        replay(requests, big(seats=1, budget=8), llama_h100(), 0, budget=budget)
-    assert budget.left <= 0
+        replay(requests, big(seats=1, budget=8), llama_h100(), 0, allowance=allowance)
+    assert allowance.left <= 0
 
 
 def test_the_chain_reports_progress_within_each_replay() -> None:

@@ -109,7 +109,7 @@ def test_what_a_play_measured_comes_back_from_the_worker_that_played_it(workers)
     assert timed == len(moved) > 0 and seconds > 0  # every move's copy, timed in the worker
     assert workers.measured(story, moved[0] - 1) == (0, 0)
     assert LiveRuns().measured(story, last)[0] == timed  # the same moves in this process
-    assert workers.measured(walk(5), 3) is None  # a play that times nothing
+    assert workers.measured(walk(5), 3) is None  # a stepper that times nothing
 
 
 def test_a_worker_keeps_at_most_max_runs(workers) -> None:

@@ -121,28 +121,28 @@ def test_every_block_goes_back_at_the_end(frames) -> None:
 def test_invariants_hold_in_other_walks(seed: int, output_len: int, num_blocks: int) -> None:
     story = MixedAttentionStory(MixedParams(PoolConfig(num_blocks, 4, num_layers=2),
                                             output_len=output_len), seed)
-    play = story.play()
-    while not play.done:
-        play.advance()  # the play checks the manager's invariants after every step
-        play.manager.check_invariants()
-    assert play.manager.num_free == num_blocks and not play.manager.requests()
+    stepper = story.stepper()
+    while not stepper.done:
+        stepper.advance()  # the stepper checks the manager's invariants after every step
+        stepper.manager.check_invariants()
+    assert stepper.manager.num_free == num_blocks and not stepper.manager.requests()
 
 
 def test_kv_read_back_through_each_group_is_what_was_written() -> None:
     story = MixedAttentionStory(MixedParams(), 0)
-    play = story.play(store_kv=True)
-    while play.step < 9:
-        play.advance()
+    stepper = story.stepper(store_kv=True)
+    while stepper.step < 9:
+        stepper.advance()
     bs = 4
     for name in ("A", "B"):
-        req_id = play.ids[name]
-        n = play.written[name]
-        tokens = play.requests[req_id].tokens[:n]
-        keys, values = play.kv.keys_values(list(tokens), 0)  # [L, n, H, D]
-        for g, table in enumerate(play.manager.block_tables(req_id)):
+        req_id = stepper.ids[name]
+        n = stepper.written[name]
+        tokens = stepper.requests[req_id].tokens[:n]
+        keys, values = stepper.kv.keys_values(list(tokens), 0)  # [L, n, H, D]
+        for g, table in enumerate(stepper.manager.block_tables(req_id)):
             first = sum(b == NULL_BLOCK for b in table) * bs  # the window group's first held
             slots = torch.tensor([table[p // bs] * bs + p % bs for p in range(first, n)])
-            k, v = play.pool.read_slots(slots)  # [L, n - first, H, D]
+            k, v = stepper.pool.read_slots(slots)  # [L, n - first, H, D]
             assert torch.equal(k[g].cpu(), keys[g, first:]) and torch.equal(v[g].cpu(),
                                                                              values[g, first:])
 
@@ -166,7 +166,7 @@ def test_the_sliding_window_kernel_reads_only_the_window() -> None:
         assert run.check(step).ok
         _, (_, window) = run.measured(step)
         assert window is not None and window.ok
-        manager = run.play.manager
+        manager = run.stepper.manager
         assert any(NULL_BLOCK in manager.block_tables(r)[WINDOW] for r in manager.requests())
 
 

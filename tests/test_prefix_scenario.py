@@ -9,7 +9,7 @@ from lab.memory.kv_pool import PoolConfig
 from lab.scenarios.prefix_cache import (
     PrefixCacheStory,
     PrefixConfig,
-    PrefixPlay,
+    PrefixStepper,
     event_steps,
     hit_question,
     make_workload,
@@ -27,17 +27,17 @@ def request(req_id: int, arrival: int, prompt: tuple[int, ...],
 
 
 def scenario(requests: list[RequestSpec], num_blocks: int = 16,
-             store_kv: bool = False) -> PrefixPlay:
+             store_kv: bool = False) -> PrefixStepper:
     cfg = PrefixConfig(PoolConfig(num_blocks=num_blocks, block_size=8),
                        num_requests=len(requests), system_len=16, question_max=8, output_max=4)
-    return PrefixPlay(cfg, tuple(requests), 0, store_kv)
+    return PrefixStepper(cfg, tuple(requests), 0, store_kv)
 
 
 def run(cfg: PrefixConfig, seed: int) -> tuple:
     return PrefixCacheStory(cfg, seed).frames()
 
 
-def drive(s: PrefixPlay) -> list:
+def drive(s: PrefixStepper) -> list:
     frames = []
     while not s.done:
         frames.append(s.advance())

@@ -39,8 +39,8 @@ from pathlib import Path
 import pytest
 
 from lab.memory.kv_pool import PoolConfig
-from lab.scenarios.fragmentation import FragConfig, FragPlay, make_workload
-from lab.scenarios.prefix_cache import PrefixConfig, PrefixPlay
+from lab.scenarios.fragmentation import FragConfig, FragStepper, make_workload
+from lab.scenarios.prefix_cache import PrefixConfig, PrefixStepper
 from lab.scenarios.prefix_cache import make_workload as prefix_workload
 from lab.serving.workloads import RequestSpec
 
@@ -57,10 +57,10 @@ def one_more_token(requests: tuple[RequestSpec, ...]) -> tuple[RequestSpec, ...]
 def test_fragmentation_matches_the_old_loop(seed: int) -> None:
     cfg = FragConfig()
     wide = replace(cfg, max_output=cfg.max_output + 1)  # the requests' +1 token fits
-    play = FragPlay(wide, one_more_token(make_workload(cfg, seed)), seed)
+    stepper = FragStepper(wide, one_more_token(make_workload(cfg, seed)), seed)
     old = PINNED["fragmentation"][str(seed)]
-    while not play.done:
-        frame = play.advance()
+    while not stepper.done:
+        frame = stepper.advance()
         p, c = frame.paged, frame.contiguous
         paged = [p.running, p.waiting, p.finished, frame.snapshot.usage.blocks_used,
                  frame.preemptions]
@@ -89,15 +89,15 @@ def test_prefix_cache_matches_the_old_loop(seed: int) -> None:
     # defaults evict at the guide's block size).
     cfg = PrefixConfig(pool=PoolConfig(num_blocks=16, block_size=8), num_apps=2, system_len=20)
     requests, _ = prefix_workload(cfg, seed)
-    play = PrefixPlay(cfg, one_more_token(requests), seed)
+    stepper = PrefixStepper(cfg, one_more_token(requests), seed)
     old = PINNED["prefix_cache"][str(seed)]
-    while not play.done:
-        f = play.advance()
-        s = play.server
+    while not stepper.done:
+        f = stepper.advance()
+        s = stepper.server
         assert [len(s.table), len(s.waiting), s.num_finished, f.snapshot.usage.blocks_used,
                 sum(s.preemptions.values()), f.hit_tokens] == old[f.step][:6], f.step
         assert f.evictions <= old[f.step][6], f.step  # vLLM's free order evicts later
-    assert play.step == len(old) - 1
+    assert stepper.step == len(old) - 1
     assert f.evictions == {0: 0, 1: 4, 2: 0}[seed]
 
 

@@ -178,7 +178,7 @@ def test_classroom_mode_collapses_text_and_loads_large_styles() -> None:
 def _predict_app() -> None:
     import streamlit as st
 
-    from ui.predict import Question, held_back
+    from ui.predict import Question, hatched
     from ui.state import begin_run
 
     begin_run()  # what every page's sidebar() does first
@@ -190,7 +190,7 @@ def _predict_app() -> None:
     block_size = st.session_state.get("block_size", 16)
     question = Question("q", "How many blocks hold 33 tokens?", answer=costly_answer,
                         explanation="Round up.", context=block_size)
-    with held_back(question.answered, "the pool", key="pool"):
+    with hatched(question.answered, "the pool", key="pool"):
         st.text("the answer, in a figure")
     question.ask()
 
@@ -247,17 +247,17 @@ def test_gate_asks_a_question_the_step_before_its_answer_and_closes_it_after(
     early, late, done = (predict.Question(k, k, 1, "") for k in ("early", "late", "done"))
     steps = [(early, 2), (late, 6), (done, 1)]
     before = predict.gate(steps, 0)
-    assert before.due == (done,) and before.later == () and not before.hold
+    assert before.due == (done,) and before.later == () and not before.hatch
     assert not before.asking  # the only question due is answered
     asked = predict.gate(steps, 1)
-    assert asked.due == (early, done) and not asked.hold and asked.asking
+    assert asked.due == (early, done) and not asked.hatch and asked.asking
     at_reveal = predict.gate(steps, 2)
-    assert at_reveal.due == (early,) and at_reveal.hold and at_reveal.later == (done,)
+    assert at_reveal.due == (early,) and at_reveal.hatch and at_reveal.later == (done,)
     assert not early.closed and done.closed and late.reveal == 6
     past = predict.gate(steps, 3)  # early's step went by unanswered: closed, nothing held
-    assert past.due == () and past.later == (early, done) and not past.hold
+    assert past.due == () and past.later == (early, done) and not past.hatch
     assert early.closed and not past.asking
-    assert predict.gate(steps, 5).due == (late,) and predict.gate(steps, 6).hold
+    assert predict.gate(steps, 5).due == (late,) and predict.gate(steps, 6).hatch
 
 
 def test_a_question_past_its_step_is_closed_with_the_engine_s_answer() -> None:
@@ -277,7 +277,7 @@ def test_classroom_mode_closes_a_question_at_its_step(monkeypatch) -> None:
 
     monkeypatch.setattr(predict, "is_classroom", lambda: True)
     question = predict.Question("q", "q", 1, "")
-    assert not predict.gate([(question, 3)], 2).hold and not question.closed
+    assert not predict.gate([(question, 3)], 2).hatch and not question.closed
     predict.gate([(question, 3)], 3)
     assert question.closed  # the answer is on the projector: the question shows it too
 
@@ -285,7 +285,7 @@ def test_classroom_mode_closes_a_question_at_its_step(monkeypatch) -> None:
 def _gated_app() -> None:
     import streamlit as st
 
-    from ui.predict import Question, gate, held_back
+    from ui.predict import Question, gate, hatched
     from ui.state import begin_run
 
     begin_run()
@@ -294,7 +294,7 @@ def _gated_app() -> None:
     questions = gate([(question, 1)], st.session_state.get("step", 0))
     for asked in questions.due:
         asked.ask()
-    with held_back(not questions.hold, "the pool", key="pool"):
+    with hatched(not questions.hatch, "the pool", key="pool"):
         st.text("the answer, in a figure")
     for asked in questions.later:
         asked.ask()

@@ -51,9 +51,9 @@ def test_guess_low_moves_long_requests_and_guess_high_makes_them_wait() -> None:
 
 def test_both_servers_are_the_lab_scheduler_and_a_request_stores_all_but_its_last_token():
     s = story(16)
-    play = s.play()
-    assert isinstance(play.contiguous, Scheduler) and isinstance(play.paged, Scheduler)
-    assert isinstance(play.memory, GuessBackend)
+    stepper = s.stepper()
+    assert isinstance(stepper.contiguous, Scheduler) and isinstance(stepper.paged, Scheduler)
+    assert isinstance(stepper.memory, GuessBackend)
     specs = {r.req_id: r for r in s.requests()}
     frames = s.frames()
     for name in ("contiguous", "paged"):
@@ -121,14 +121,14 @@ def test_the_live_run_makes_the_same_decisions_on_the_real_tensors(small_live) -
     s, frames, live = small_live
     moved_at = [f.step for f in frames if f.logs["contiguous"].moves]
     assert moved_at, "the small run should move something"
-    play = live.at(len(frames) - 1)
-    live_moves = play.memory.cache.moves
+    stepper = live.at(len(frames) - 1)
+    live_moves = stepper.memory.cache.moves
     assert [(m.req_id, m.src, m.dst, m.tokens) for m in live_moves] == [
         (m.req_id, m.src, m.dst, m.tokens) for f in frames for m in f.logs["contiguous"].moves]
     assert all(m.seconds is not None and m.seconds > 0 for m in live_moves)
-    timed, seconds = play.measured(len(frames) - 1)
+    timed, seconds = stepper.measured(len(frames) - 1)
     assert timed == len(live_moves) and seconds > 0
-    assert play.measured(moved_at[0] - 1) == (0, 0)
+    assert stepper.measured(moved_at[0] - 1) == (0, 0)
 
 
 def test_the_kernel_check_at_a_move_reads_the_moved_request(small_live) -> None:
@@ -148,7 +148,7 @@ def test_the_kernel_check_at_a_move_reads_the_moved_request(small_live) -> None:
 def test_going_back_replays_the_same_check(small_live) -> None:
     s, frames, live = small_live
     later = live.check(len(frames) // 2)
-    rebuilt = LiveRun(s, lambda: s.play(store_kv=True))
+    rebuilt = LiveRun(s, lambda: s.stepper(store_kv=True))
     assert rebuilt.check(len(frames) // 2).max_abs_error == later.max_abs_error
 
 

@@ -66,9 +66,9 @@ def test_frames_match_the_real_pool_and_invariants(step: int) -> None:
     story = BlockTablesStory(SMALL, 3)
     frame = story.frames()[step]
     live = story.live()
-    play = live.at(step)
-    play.manager.check_invariants()
-    assert frame.snapshot == play.manager.snapshot()
+    stepper = live.at(step)
+    stepper.manager.check_invariants()
+    assert frame.snapshot == stepper.manager.snapshot()
     expected = sum(blocks_for(r.prompt_len + min(r.output_len, max(0, step - int(r.arrival_s))),
                               SMALL.pool.block_size)
                    for r in story.requests  # a finished request leaves the step after its last
@@ -86,11 +86,11 @@ def test_frames_match_the_real_pool_and_invariants(step: int) -> None:
 def test_pool_holds_the_kv_of_every_token() -> None:
     """Read back through the block tables, the pool holds each token's seeded K/V."""
     story = BlockTablesStory(SMALL, 1)
-    play = story.live().at(story.last_step)
+    stepper = story.live().at(story.last_step)
     kv = SyntheticKV(SMALL.pool, 1)
-    for seq_id in play.names:
-        tokens = play.manager.sequences[seq_id].tokens
-        k, v = play.manager.read_kv(seq_id)  # [len, kv_heads, head_dim]
+    for seq_id in stepper.names:
+        tokens = stepper.manager.sequences[seq_id].tokens
+        k, v = stepper.manager.read_kv(seq_id)  # [len, kv_heads, head_dim]
         expect_k, expect_v = kv.keys_values(tokens, 0)  # [1, len, kv_heads, head_dim]
         assert same(k, expect_k[0]) and same(v, expect_v[0])
 

@@ -75,12 +75,12 @@ def explain(md: str, *, title: str = "Explanation") -> None:
         st.markdown(md)
 
 
-def step_caption(step: int, lines: list[str], *, held: bool = False) -> None:
+def step_caption(step: int, lines: list[str], *, hatched: bool = False) -> None:
     """What this step did: a bulleted list, also announced to a screen reader (unless it is
     held back until a question is answered)."""
     bullets(lines)
     sentences = " ".join(line if line.endswith((".", "!", "?")) else f"{line}." for line in lines)
-    announce(step, sentences if not held else
+    announce(step, sentences if not hatched else
              "what it did is held back until you answer the question on the page.")
 
 

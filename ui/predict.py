@@ -2,13 +2,13 @@
 
     q = Question("bt_blocks", "How many physical blocks will request A hold after token 33?",
                  answer=3, explanation="33 tokens / 16 per block, rounded up.", context=story)
-    with held_back(q.answered, "the block counts"):
+    with hatched(q.answered, "the block counts"):
         ...  # what would give the answer away
     q.ask()
 
 A question is answered by Check (the guess, right or wrong) or "Just show me"; then it is
 closed: its verdict and explanation, no box. Until then what would give the answer away sits
-under `held_back`: its place kept and hatched, its content hidden (from screen readers too),
+under `hatched(...)`: its place kept and hatched, its content hidden (from screen readers too),
 with a note. The answer comes from the engine, so it is the truth for the current settings;
 `context` names what it depends on (the story), so any setting that changes it asks the
 question again, with an empty box and no old verdict. Check is a form's submit button: one
@@ -151,13 +151,13 @@ class Gate:
     """A step's questions. `due`: asked right under the step controls, from the step before
     their reveal step to it (open until answered; closed at the reveal step in classroom
     mode). `later`: closed, their step gone by (the verdict, or the engine's answer), further
-    down. A question before the step ahead of its reveal is not asked yet. `hold`: an open
-    question's answer is what this step shows, so it is held back. `asking`: a question is
-    open at this step (what on screen would answer it must be held back too)."""
+    down. A question before the step ahead of its reveal is not asked yet. `hatch`: an open
+    question's answer is what this step shows, so it is held back (hatched). `asking`: a
+    question is open at this step (what on screen would answer it must be held back too)."""
 
     due: tuple[Question, ...]
     later: tuple[Question, ...]
-    hold: bool
+    hatch: bool
     asking: bool
 
 
@@ -172,8 +172,8 @@ def gate(questions: Sequence[tuple[Question, int]], step: int) -> Gate:
         elif step > reveal:
             later.append(q)
     open_now = [q for q in due if not q.closed and not q.answered]
-    hold = any(q.reveal == step for q in open_now)
-    return Gate(tuple(due), tuple(later), hold, bool(open_now))
+    hatch = any(q.reveal == step for q in open_now)
+    return Gate(tuple(due), tuple(later), hatch, bool(open_now))
 
 
 def predict(key: str, question: str, *, answer: Answer | Callable[[], Answer],
@@ -186,7 +186,7 @@ def predict(key: str, question: str, *, answer: Answer | Callable[[], Answer],
 
 
 @contextmanager
-def held_back(answered: bool, what: str, *, key: str) -> Iterator[None]:
+def hatched(answered: bool, what: str, *, key: str) -> Iterator[None]:
     """Draw what would give an answer away hidden in its place (hatched; not readable, not
     hoverable, not read out) until the question is answered."""
     if answered:
@@ -195,7 +195,7 @@ def held_back(answered: bool, what: str, *, key: str) -> Iterator[None]:
     if first_time_this_run("held back"):  # the hatching says it again below, without words
         st.caption(f":material/visibility_off: {what.capitalize()} held back (hatched): "
                    "predict first (the question is on this page), or choose “Just show me”.")
-    with st.container(key=f"lab_held_{key}"):
+    with st.container(key=f"lab_hatched_{key}"):
         yield
 
 

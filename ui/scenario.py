@@ -95,8 +95,8 @@ def live_badge(story: Story, step: int, last_step: int,
 
 
 def live_measured(story: Story, step: int, timeout_s: float = 5.0) -> tuple | None:
-    """What the story's play measured on the real tensors up to `step` (after live_badge: the
-    play has run that far), or None when the server is too busy to say now."""
+    """What the story's stepper measured on the real tensors up to `step` (after live_badge: the
+    stepper has run that far), or None when the server is too busy to say now."""
     try:
         return live_checks().measured(story, step, timeout_s=timeout_s)
     except CheckTimeout:

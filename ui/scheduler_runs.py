@@ -31,7 +31,7 @@ from lab.serving.cost_model import CostModel
 from lab.serving.metrics import Summary, series, summarize
 from lab.serving.runs import (
     BLOCK_SIZES,
-    Budget,
+    IterationAllowance,
     Latencies,
     ReplayTooLong,
     block_size_configs,
@@ -44,7 +44,7 @@ from lab.serving.runs import (
 from lab.serving.workloads import PRESETS, RequestSpec, workload_stats
 from ui.layout import explain, show_figure
 from ui.memo import per_user
-from ui.predict import Question, held_back
+from ui.predict import Question, hatched
 from ui.scheduler_views import card_pool
 from ui.state import choice_param, int_param, set_param
 
@@ -87,13 +87,13 @@ def runs_kept(key: str, requests: Requests, configs: dict[Hashable, SchedulerCon
     except ReplayTooLong as err:
         st.error(f"Not run: {err}.", icon=":material/hourglass_top:")
         return None
-    bar, budget, done = st.progress(0.0, text=label), Budget(), {}
+    bar, allowance, done = st.progress(0.0, text=label), IterationAllowance(), {}
     try:
         for i, (name, c) in enumerate(configs.items()):
             def make(c: SchedulerConfig = c, i: int = i) -> Any:
                 fraction = part_progress(lambda f: bar.progress(min(1.0, f), text=label), i,
                                          len(configs))
-                return keep(replay(requests, c, cost, seed, fraction, budget))
+                return keep(replay(requests, c, cost, seed, fraction, allowance))
 
             twin = None if same is None else same(name, done)
             if twin is None:
@@ -275,7 +275,7 @@ def chain_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, see
         "sched_chain_link", "Which link of the chain breaks first on this workload, if any?",
         answer=CHAIN_CHOICES[verdict.link or 0], choices=CHAIN_CHOICES,
         explanation=verdict.text, context=(requests, cfg, cost, seed, target_ms))
-    with held_back(question.answered, "the chain and its verdict", key="sched_chain"):
+    with hatched(question.answered, "the chain and its verdict", key="sched_chain"):
         show_figure(chain_figure(rows, target_ms), key="sched_chain_fig")
         best = {r.allocator: r.best_max_num_seqs or "none met it" for r in rows}
         st.markdown(f"Each allocator at its best max_num_seqs that meets the target (contiguous "

@@ -25,7 +25,7 @@ from lab.figures.style import (
     label_margin,
     lighten,
 )
-from lab.scenarios.ending_play import EndingFrame
+from lab.scenarios.ending_stepper import EndingFrame
 
 SYSTEM_COLORS = {"contiguous": PALETTE[5], "paged": PALETTE[0]}
 GHOST_LABEL_SHARE = 0.12  # a moved region's old place is labelled if this share of the axis

@@ -50,7 +50,7 @@ def _progress_text(req: Request) -> str:
     return f"R{req.req_id} decode {req.num_output}/{req.spec.output_len}"
 
 
-class SchedulerPlay:
+class SchedulerStepper:
     """The scheduler advanced one iteration per step, each iteration's picture kept.
 
     It runs one iteration ahead: only running the next iteration tells whether there is one
@@ -118,8 +118,8 @@ class AdmissionControlStory(Story[IterationFrame]):
     cost: Cost
     seed: int
 
-    def play(self, store_kv: bool = False) -> SchedulerPlay:
-        return SchedulerPlay(self.requests, replace(self.config, compute=store_kv), self.cost,
+    def stepper(self, store_kv: bool = False) -> SchedulerStepper:
+        return SchedulerStepper(self.requests, replace(self.config, compute=store_kv), self.cost,
                              self.seed)
 
     def caption(self, frame: IterationFrame) -> list[str]:

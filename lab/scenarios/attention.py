@@ -63,10 +63,10 @@ class AttentionFrame:
         return self.block_table[:self.step]
 
 
-class AttentionPlay:
+class AttentionStepper:
     def __init__(self, cfg: AttentionConfig, seed: int) -> None:
         story = BlockTablesStory(cfg.walk, seed)
-        walk = story.play(store_kv=True)
+        walk = story.stepper(store_kv=True)
         index = next(r.req_id for r in story.requests if request_name(r.req_id) == cfg.request)
         while walk.step < last_decode(story.requests[index]):  # until it has all its tokens
             walk.advance()
@@ -118,8 +118,8 @@ class AttentionStory(Story[AttentionFrame]):
     config: AttentionConfig
     seed: int
 
-    def play(self, store_kv: bool = True) -> AttentionPlay:
-        return AttentionPlay(self.config, self.seed)
+    def stepper(self, store_kv: bool = True) -> AttentionStepper:
+        return AttentionStepper(self.config, self.seed)
 
     def can_relocate(self) -> bool:
         """Whether the free blocks left at the end of the walk can hold a copy of this request's

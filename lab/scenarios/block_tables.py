@@ -84,7 +84,7 @@ class WalkFrame:
     left: dict[int, str] = field(default_factory=dict)  # seq_id -> name of those that left
 
 
-class WalkPlay:
+class WalkStepper:
     def __init__(self, params: WalkParams, seed: int, store_kv: bool = False) -> None:
         self.params = params
         self.requests = walk_requests(params, seed)
@@ -145,9 +145,9 @@ class BlockTablesStory(Story[WalkFrame]):
     config: WalkParams
     seed: int
 
-    def play(self, store_kv: bool = False) -> WalkPlay:
+    def stepper(self, store_kv: bool = False) -> WalkStepper:
         self.check_fits()
-        return WalkPlay(self.config, self.seed, store_kv)
+        return WalkStepper(self.config, self.seed, store_kv)
 
     @property
     def requests(self) -> tuple[RequestSpec, ...]:

@@ -121,11 +121,11 @@ class BranchEngine(ABC):
         self.manager.events.step = index  # events are stamped with the step
         self._start = len(self.manager.events)
         self._now, self._admitted, self._recomputed = {}, [], 0
-        self.play(index, step, runs)
+        self.run_step(index, step, runs)
         return self._view()
 
     @abstractmethod
-    def play(self, index: int, step: BranchStep, runs: bool) -> None:
+    def run_step(self, index: int, step: BranchStep, runs: bool) -> None:
         """What this engine does at the step: its admissions, copies and frees."""
 
     def _view(self) -> EngineView:
@@ -196,7 +196,7 @@ class ForkEngine(BranchEngine):
         super().__init__(pool, seed, store_kv, prefix_cache=False, compute=compute)
         self.prompt = list(prompt)
 
-    def play(self, index: int, step: BranchStep, runs: bool) -> None:
+    def run_step(self, index: int, step: BranchStep, runs: bool) -> None:
         if index == 0:
             seq = self.manager.add_sequence(self.prompt)
             self._hold(seq.seq_id, 0)
@@ -229,7 +229,7 @@ class ChildRequestEngine(BranchEngine):
         self._admitted.append(Admission(branch, seq.seq_id, hit, len(seq) - hit,
                                         self._recomputed - before))
 
-    def play(self, index: int, step: BranchStep, runs: bool) -> None:
+    def run_step(self, index: int, step: BranchStep, runs: bool) -> None:
         for branch in step.dropped:
             del self.tokens[branch]
         for branch, parent in step.forks:

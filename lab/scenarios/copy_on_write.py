@@ -1,4 +1,4 @@
-"""Copy-on-write scenarios: parallel sampling and beam search over one prompt, two engines.
+"""Copy-on-write stories: parallel sampling and beam search over one prompt, two engines.
 
 The same branches (`lab.scenarios.branches`: seeded decisions, not a model) are replayed by two
 engines on the lab's KVCacheManager, each over its own KV pool of the same size:
@@ -56,7 +56,7 @@ class BranchConfig:
                 f"{self.pool.num_blocks}: add blocks, or use fewer branches or tokens")
 
 
-class BranchPlay:
+class BranchStepper:
     """One prompt, many branches, both engines driven step by step."""
 
     def __init__(self, cfg: BranchConfig, seed: int, store_kv: bool = False) -> None:
@@ -81,7 +81,7 @@ class BranchPlay:
 
     def advance(self) -> BranchFrame:
         if self.done:
-            raise ValueError(f"the scenario ended at step {self.last_step}")
+            raise ValueError(f"the story ended at step {self.last_step}")
         self.step += 1
         steps = self.script.steps
         decided = steps[self.step]
@@ -116,8 +116,8 @@ class CopyOnWriteStory(Story[BranchFrame]):
     config: BranchConfig
     seed: int
 
-    def play(self, store_kv: bool = False) -> BranchPlay:
-        return BranchPlay(self.config, self.seed, store_kv)
+    def stepper(self, store_kv: bool = False) -> BranchStepper:
+        return BranchStepper(self.config, self.seed, store_kv)
 
     def caption(self, frame: BranchFrame) -> list[str]:
         """What V0 did, then what V1 did (the page shows the two side by side)."""

@@ -150,7 +150,7 @@ class FragFrame:
     records: dict[str, IterationRecord | None]  # what each server did at this step (None: idle)
 
 
-class FragPlay:
+class FragStepper:
     """Both servers on one step clock: step s runs each one's iteration that starts at s."""
 
     def __init__(self, cfg: FragConfig, requests: tuple[RequestSpec, ...], seed: int,
@@ -212,8 +212,8 @@ class FragmentationStory(Story[FragFrame]):
     def requests(self) -> tuple[RequestSpec, ...]:
         return make_workload(self.config, self.seed)
 
-    def play(self, store_kv: bool = False) -> FragPlay:
-        return FragPlay(self.config, self.requests(), self.seed, store_kv)
+    def stepper(self, store_kv: bool = False) -> FragStepper:
+        return FragStepper(self.config, self.requests(), self.seed, store_kv)
 
     def caption(self, frame: FragFrame) -> list[str]:
         """What each server did at this step: admissions, preemptions, finished requests."""

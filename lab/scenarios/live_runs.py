@@ -1,6 +1,6 @@
 """Every story being stepped on the real KV pool, one LiveRun per story, within a bound.
 
-A story's kernel check at a step is a pure function of the story and the step (the play is
+A story's kernel check at a step is a pure function of the story and the step (the stepper is
 seeded), so everyone stepping the same story shares one `LiveRun` and its kept checks, as
 everyone shares its frames. `LiveRuns` keeps the most recently used runs: at most `max_runs`,
 and none left unused for `idle_s` (a run holds a KV pool and every check it computed), so
@@ -38,7 +38,7 @@ class LiveChecks(Protocol):
 
     def measured(self, story: Story, step: int,
                  timeout_s: float | None = None) -> tuple | None:
-        """What the story's play measured up to `step` (LiveRun.measured), or CheckTimeout."""
+        """What the story's stepper measured up to `step` (LiveRun.measured), or CheckTimeout."""
 
     def prefetch(self, story: Story, step: int) -> None:
         """Start computing a check the page will ask for soon; returns at once."""
@@ -50,7 +50,7 @@ class LiveRuns:
             raise ValueError(f"max_runs must be at least 1, got {max_runs}")
         self.max_runs, self.idle_s = max_runs, idle_s
         self._runs: OrderedDict[Story, tuple[LiveRun, float]] = OrderedDict()  # LRU first
-        self._lock = threading.Lock()  # the dict; each LiveRun locks its own play
+        self._lock = threading.Lock()  # the dict; each LiveRun locks its own stepper
 
     def __len__(self) -> int:
         return len(self._runs)

@@ -103,7 +103,7 @@ def mixed_requests(params: MixedParams, seed: int) -> tuple[Request, ...]:
                  for name, output, arrival in plan)
 
 
-class MixedPlay:
+class MixedStepper:
     def __init__(self, params: MixedParams, seed: int, store_kv: bool = False,
                  group_checks: dict[int, tuple] | None = None) -> None:
         self.params = params
@@ -244,7 +244,7 @@ class MixedPlay:
 
     def measured(self, step: int) -> tuple | None:
         """Each group's check at `step`: ((group label, AttentionCheck or None), ...), None
-        before that step is checked (by any play of this live run)."""
+        before that step is checked (by any stepper of this live run)."""
         return self.group_checks.get(step)
 
     def events(self) -> dict[str, list[dict]]:
@@ -257,14 +257,14 @@ class MixedAttentionStory(Story[MixedFrame]):
     config: MixedParams
     seed: int
 
-    def play(self, store_kv: bool = False,
-             group_checks: dict[int, tuple] | None = None) -> MixedPlay:
-        return MixedPlay(self.config, self.seed, store_kv, group_checks)
+    def stepper(self, store_kv: bool = False,
+                group_checks: dict[int, tuple] | None = None) -> MixedStepper:
+        return MixedStepper(self.config, self.seed, store_kv, group_checks)
 
     def live(self) -> LiveRun:
-        """One store of per-group checks for every play of the run (a replay checks again)."""
+        """One store of per-group checks for every stepper of the run (a replay checks again)."""
         group_checks: dict[int, tuple] = {}
-        return LiveRun(self, lambda: self.play(store_kv=True, group_checks=group_checks))
+        return LiveRun(self, lambda: self.stepper(store_kv=True, group_checks=group_checks))
 
     @property
     def requests(self) -> tuple[Request, ...]:

@@ -134,7 +134,7 @@ class PrefixFrame:
         return self.hit_tokens / self.query_tokens if self.query_tokens else 0.0
 
 
-class PrefixPlay:
+class PrefixStepper:
     def __init__(self, cfg: PrefixConfig, requests: tuple[RequestSpec, ...], seed: int,
                  store_kv: bool = False, apps: tuple[int, ...] = ()) -> None:
         self.cfg = cfg
@@ -207,9 +207,9 @@ class PrefixCacheStory(Story[PrefixFrame]):
     config: PrefixConfig
     seed: int
 
-    def play(self, store_kv: bool = False) -> PrefixPlay:
+    def stepper(self, store_kv: bool = False) -> PrefixStepper:
         requests, apps = make_workload(self.config, self.seed)
-        return PrefixPlay(self.config, requests, self.seed, store_kv, apps)
+        return PrefixStepper(self.config, requests, self.seed, store_kv, apps)
 
     def caption(self, frame: PrefixFrame) -> list[str]:
         """What this step did: admissions with their hits, evictions, finished requests."""

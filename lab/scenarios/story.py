@@ -1,4 +1,4 @@
-"""The contract every animated page's scenario keeps: a story told step by step.
+"""The contract every animated page keeps: a story told step by step.
 
 A `Story` is a frozen, hashable description (its config, which holds a `PoolConfig`, and a
 seed) from which everything a page shows is derived:
@@ -10,7 +10,7 @@ seed) from which everything a page shows is derived:
 - `live()`: the same story on the real KV pool (a `LiveRun`), whose `check(step)` runs the
   Triton kernel against dense attention at that step.
 
-A story plays through a `Play`: an object advanced one step at a time, either on the allocator
+A story plays through a `Stepper`: an object advanced one step at a time, either on the allocator
 alone or with real K/V tensors (`store_kv`). Both make exactly the same decisions.
 """
 
@@ -33,7 +33,7 @@ class StoryTooLong(RuntimeError):
     """The story did not end within MAX_STEPS (settings the page's checks should refuse)."""
 
 
-class Play(Protocol[F]):
+class Stepper(Protocol[F]):
     step: int  # the last step played, -1 before the first
 
     @property
@@ -56,33 +56,33 @@ class Story(ABC, Generic[F]):
     seed: int
 
     @abstractmethod
-    def play(self, store_kv: bool = False) -> Play[F]:
-        """A fresh play of the story, before its first step."""
+    def stepper(self, store_kv: bool = False) -> Stepper[F]:
+        """A fresh stepper of the story, before its first step."""
 
     @abstractmethod
     def caption(self, frame: F) -> list[str]:
         """What happened at this frame's step, one sentence per line (markdown)."""
 
     def frames(self) -> tuple[F, ...]:
-        play = self.play()
+        stepper = self.stepper()
         out: list[F] = []
-        while not play.done:
+        while not stepper.done:
             if len(out) == MAX_STEPS:
                 raise StoryTooLong(f"the {self.page} story did not end in {MAX_STEPS} steps")
-            out.append(play.advance())
+            out.append(stepper.advance())
         return tuple(out)
 
     def trace(self, step: int) -> str:
-        play = self.play()
-        while play.step < step and not play.done:
-            play.advance()
+        stepper = self.stepper()
+        while stepper.step < step and not stepper.done:
+            stepper.advance()
         params = asdict(self.config) if is_dataclass(self.config) else repr(self.config)
         meta = {"page": self.page, "seed": self.seed, "step": step, "params": params}
-        return json.dumps({"meta": meta, **play.events()}, indent=1, default=str)
+        return json.dumps({"meta": meta, **stepper.events()}, indent=1, default=str)
 
     def live(self) -> LiveRun:
         """This story on the real KV pool, for the kernel check (one per user: it is mutable)."""
-        return LiveRun(self, lambda: self.play(store_kv=True))
+        return LiveRun(self, lambda: self.stepper(store_kv=True))
 
 
 class LiveRun:
@@ -94,24 +94,24 @@ class LiveRun:
     learner reads this one): a second caller waits, then reads the kept check.
     """
 
-    def __init__(self, key: Hashable, make: Callable[[], Play]) -> None:
-        self.key = key  # what the play was built from (the story)
+    def __init__(self, key: Hashable, make: Callable[[], Stepper]) -> None:
+        self.key = key  # what the stepper was built from (the story)
         self._make = make
-        self.play = make()
+        self.stepper = make()
         self.rebuilds = 0
         self._checks: dict[int, AttentionCheck | None] = {}
         self._lock = threading.Lock()
 
-    def at(self, step: int) -> Play:
-        """The play after `step` (steps start at 0)."""
+    def at(self, step: int) -> Stepper:
+        """The stepper after `step` (steps start at 0)."""
         if step < 0:
             raise ValueError(f"step must be 0 or more, got {step}")
-        if self.play.step > step:
-            self.play = self._make()
+        if self.stepper.step > step:
+            self.stepper = self._make()
             self.rebuilds += 1
-        while self.play.step < step and not self.play.done:
-            self.play.advance()
-        return self.play
+        while self.stepper.step < step and not self.stepper.done:
+            self.stepper.advance()
+        return self.stepper
 
     def kept(self, step: int) -> bool:
         """Whether the check at `step` is already computed (asking for it costs nothing)."""
@@ -125,10 +125,10 @@ class LiveRun:
             return self._checks[step]
 
     def measured(self, step: int) -> tuple | None:
-        """What the play measured on the real tensors up to `step`, for plays that time
-        something (`Play.measured(step)`, e.g. the unknown ending's K/V copies), else None.
-        Checked first, so the play has run that far."""
+        """What the stepper measured on the real tensors up to `step`, for steppers that time
+        something (`Stepper.measured(step)`, e.g. the unknown ending's K/V copies), else None.
+        Checked first, so the stepper has run that far."""
         self.check(step)
         with self._lock:
-            measure = getattr(self.play, "measured", None)
+            measure = getattr(self.stepper, "measured", None)
             return None if measure is None else measure(step)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from lab.memory.block_table import blocks_for
 from lab.memory.contiguous_kv import Growth, Move
 from lab.memory.kv_pool import PoolConfig
-from lab.scenarios.ending_play import EndingFrame, EndingPlay, StepLog, request_label
+from lab.scenarios.ending_stepper import EndingFrame, EndingStepper, StepLog, request_label
 from lab.scenarios.story import LiveRun, Story
 from lab.serving.synthetic_kv import VOCAB
 from lab.serving.workloads import RequestSpec
@@ -107,16 +107,16 @@ class UnknownEndingStory(Story[EndingFrame]):
     def requests(self) -> tuple[RequestSpec, ...]:
         return make_workload(self.config, self.seed)
 
-    def play(self, store_kv: bool = False,
-             timings: dict[tuple[int, int], float] | None = None) -> EndingPlay:
-        return EndingPlay(self.config.pool, self.config.guess, self.requests(), self.seed,
+    def stepper(self, store_kv: bool = False,
+                timings: dict[tuple[int, int], float] | None = None) -> EndingStepper:
+        return EndingStepper(self.config.pool, self.config.guess, self.requests(), self.seed,
                           store_kv, timings)
 
     def live(self) -> LiveRun:
         """On the real tensors; every replay records its copy times in one place, so a page
-        can show them for any step played (`EndingPlay.measured`)."""
+        can show them for any step played (`EndingStepper.measured`)."""
         timings: dict[tuple[int, int], float] = {}
-        return LiveRun(self, lambda: self.play(store_kv=True, timings=timings))
+        return LiveRun(self, lambda: self.stepper(store_kv=True, timings=timings))
 
     def longest(self) -> RequestSpec:
         return max(self.requests(), key=lambda r: (r.output_len, -r.req_id))

@@ -15,7 +15,14 @@ from typing import Literal
 from lab.serving.config import SchedulerConfig
 from lab.serving.cost_model import Cost
 from lab.serving.metrics import Summary, summarize
-from lab.serving.runs import ALLOCATORS, Budget, Progress, check_work, part_progress, replay
+from lab.serving.runs import (
+    ALLOCATORS,
+    IterationAllowance,
+    Progress,
+    check_work,
+    part_progress,
+    replay,
+)
 from lab.serving.scheduler import Scheduler
 from lab.serving.workloads import RequestSpec
 
@@ -102,15 +109,15 @@ def batch_chain(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: C
                 itl_target_s: float, seat_options: tuple[int, ...] = SEAT_OPTIONS,
                 progress: Progress = None) -> list[ChainRow]:
     """The chain's replays (`chain_plan`, each one that `same_replay` finds already run taken
-    from it), checked and budgeted as one view, and its rows (`chain_rows`)."""
+    from it), checked and given one allowance of iterations, and its rows (`chain_rows`)."""
     plan = chain_plan(cfg, seat_options)
     check_work(requests, plan)
-    budget, runs, peaks = Budget(), [], {}
+    allowance, runs, peaks = IterationAllowance(), [], {}
     for i, run_cfg in enumerate(plan):
         same = same_replay(plan, i, peaks)
         if same is None:
             sched = replay(requests, run_cfg, cost, seed, part_progress(progress, i, len(plan)),
-                           budget)
+                           allowance)
             s, peaks[i] = summarize(sched), peak_seats(sched)
         else:
             s = runs[same][1]

@@ -5,7 +5,7 @@ page run can be stopped).
 
 A page's view is bounded before it starts: `check_work` refuses runs whose time on one core or
 whose memory, by the cost model below (fitted on this machine, bench/hostile.py), pass what
-one view may take; a `Budget` of iterations stops them (ReplayTooLong) should the estimate
+one view may take; an `IterationAllowance` stops them (ReplayTooLong) should the estimate
 be low (a preemption storm).
 """
 
@@ -42,7 +42,7 @@ SECONDS_PER_ITERATION, SECONDS_PER_OUTPUT, SECONDS_PER_REQUEST = 36e-6, 0.6e-6, 
 BYTES_PER_TOKEN, BYTES_PER_ITERATION, BYTES_PER_REQUEST = 72, 500, 1000
 MAX_VIEW_SECONDS = 12.0  # CPU seconds a view's replays may take in all (the default chain: ~10)
 MAX_REPLAY_BYTES = 256 << 20  # memory one replay may hold
-MAX_ITERATIONS = int(2 * MAX_VIEW_SECONDS / SECONDS_PER_ITERATION)  # the Budget's hard stop
+MAX_ITERATIONS = int(2 * MAX_VIEW_SECONDS / SECONDS_PER_ITERATION)  # an allowance's hard stop
 # The card's pool as the memory calculator sizes it by default: vLLM's gpu_memory_utilization
 # default, and a non-KV reserve for activations, the runtime and CUDA graphs.
 CARD_UTILIZATION, CARD_RESERVE_BYTES = 0.9, 2 << 30
@@ -54,7 +54,7 @@ class ReplayTooLong(ValueError):
 
 
 @dataclass
-class Budget:
+class IterationAllowance:
     """Iterations the replays of one view may still run."""
 
     left: int = MAX_ITERATIONS
@@ -131,24 +131,25 @@ def run(sched: Scheduler, max_iterations: int | None = None, progress: Progress 
 
 
 def replay(requests: tuple[RequestSpec, ...], cfg: SchedulerConfig, cost: Cost, seed: int,
-           progress: Progress = None, budget: Budget | None = None) -> Scheduler:
-    """A full allocator-only run (no tensors, no decision text), within `budget` if given."""
+           progress: Progress = None, allowance: IterationAllowance | None = None) -> Scheduler:
+    """A full allocator-only run (no tensors, no decision text), within `allowance` if given."""
     sched = Scheduler(requests, replace(cfg, compute=False, explain=False), cost, seed)
-    run(sched, None if budget is None else max(0, budget.left), progress)
-    if budget is not None:
-        budget.spend(sched)
+    run(sched, None if allowance is None else max(0, allowance.left), progress)
+    if allowance is not None:
+        allowance.spend(sched)
     return sched
 
 
 def replay_each(requests: tuple[RequestSpec, ...], configs: dict[str, SchedulerConfig],
                 cost: Cost, seed: int, keep: Callable[[Scheduler], T],
                 progress: Progress = None) -> dict[str, T]:
-    """keep(the replay) on each named config, checked and budgeted as one view; each replay is
-    reduced to what `keep` returns before the next starts (one is in memory at a time)."""
+    """keep(the replay) on each named config, checked and given one allowance of iterations as
+    one view; each replay is reduced to what `keep` returns before the next starts (one is in
+    memory at a time)."""
     check_work(requests, list(configs.values()))
-    budget = Budget()
+    allowance = IterationAllowance()
     return {name: keep(replay(requests, c, cost, seed,
-                              part_progress(progress, i, len(configs)), budget))
+                              part_progress(progress, i, len(configs)), allowance))
             for i, (name, c) in enumerate(configs.items())}
 
 
@@ -224,10 +225,10 @@ def sweep_point(c: SchedulerConfig, x: int, s: Summary, series: str | None = Non
 def _sweep(requests, configs: list[SchedulerConfig], xs: list[int], cost: Cost, seed: int,
            progress: Progress, series: list[str] | None = None) -> list[SweepPoint]:
     check_work(requests, configs)
-    points, budget = [], Budget()
+    points, allowance = [], IterationAllowance()
     for i, (x, c) in enumerate(zip(xs, configs)):
         s = summarize(replay(requests, c, cost, seed, part_progress(progress, i, len(configs)),
-                             budget))
+                             allowance))
         points.append(sweep_point(c, x, s, series[i] if series else None))
     return points
 

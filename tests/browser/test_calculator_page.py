@@ -54,7 +54,7 @@ def test_the_question_once_then_preset_changes_and_pastes_hold_nothing_back(
     """The issue's engineer: answers once, then changes the preset and pastes three configs;
     the results stay readable, no question comes back, and the score stays."""
     open_page(page, f"{app_url}/calculator")
-    held = page.locator("[class*='st-key-lab_held_calc_']")
+    held = page.locator("[class*='st-key-lab_hatched_calc_']")
     assert held.count() >= 3  # sizes, their table, both sheets (and the chart) held back
     guess = page.get_by_label("Your prediction")
     guess.fill("131072")

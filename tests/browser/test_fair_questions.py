@@ -23,7 +23,7 @@ from tests.browser.harness import exceptions, open_page, wait_settled
 
 pytestmark = pytest.mark.browser
 OPEN = '[class*="st-key-lab_open_"]'
-HELD = '[class*="st-key-lab_held_"]'
+HELD = '[class*="st-key-lab_hatched_"]'
 
 
 def _ending_start() -> str:
@@ -39,6 +39,7 @@ def _ending_start() -> str:
 # where the default runs for a hundred steps or more.
 PAGES = [("block_tables", "step"), ("attention", "step"), ("mixed_attention", "step"),
          ("prefix_cache", "step"), ("copy_on_write", "step"),
+         ("fragmentation?requests=4&mean_output=16&max_output=40", "step"),
          ("copy_on_write?mode=Beam+search", "step"), (_ending_start(), "step"),
          ("scheduler?step_requests=8&step_blocks=32", "sched_step")]
 
@@ -121,11 +122,11 @@ def test_the_admission_question_holds_back_the_queues_while_open(page, app_url: 
         wait_settled(page)
     else:
         pytest.fail("no preemption question in 60 steps")
-    assert page.locator(".st-key-lab_held_sched_queues").count() == 1
-    assert not visible(page, ".st-key-lab_held_sched_queues [data-testid='stMarkdown']")
+    assert page.locator(".st-key-lab_hatched_sched_queues").count() == 1
+    assert not visible(page, ".st-key-lab_hatched_sched_queues [data-testid='stMarkdown']")
     main = page.locator('[data-testid="stMain"]').inner_text()  # what can be read
     assert "Running (" not in main and "preempted earlier" not in main
     page.locator(".st-key-sched_victim_show button").click()
     wait_settled(page)
-    assert page.locator(".st-key-lab_held_sched_queues").count() == 0
+    assert page.locator(".st-key-lab_hatched_sched_queues").count() == 0
     assert "Running (" in page.locator('[data-testid="stMain"]').inner_text()

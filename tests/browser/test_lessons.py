@@ -14,7 +14,7 @@ NUMERIC = [("block_tables?step=3", "bt_blocks"), ("block_tables?step=4", "bt_tai
            ("fragmentation", "frag_peak"),
            ("copy_on_write", "cow_copies_parallel_n4_p30_t12_b16_k32_s0"),
            ("prefix_cache?step=9", "prefix_hits"), ("calculator", "calc_bytes")]
-HELD = '[class*="st-key-lab_held_"]'
+HELD = '[class*="st-key-lab_hatched_"]'
 
 
 def shown(page, selector: str) -> bool:

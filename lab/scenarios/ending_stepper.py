@@ -89,7 +89,7 @@ NOT_AFTER_PREEMPTION = ("is not admitted at a step that preempted (the freed roo
                         "running requests first)")
 
 
-class EndingPlay:
+class EndingStepper:
     """Both servers, each the lab's scheduler, on one step clock: step s runs each one's
     iteration that starts at s."""
 
@@ -216,7 +216,7 @@ class EndingPlay:
 
     def measured(self, step: int) -> tuple[int, float]:
         """(moves timed, seconds their copies took) up to `step`, on the real tensor (by any
-        play of this live run: a replay measures again)."""
+        stepper of this live run: a replay measures again)."""
         times = [t for (at, _), t in list(self.timings.items()) if at <= step]
         return len(times), sum(times)
 
