@@ -38,6 +38,8 @@ function loadPlotly() {
 // plot's width, and the labels of a text trace shrink until its widest row fits (at least 7 px).
 const CHAR_EM = 0.52; // a character's average width, in ems, in the lab's sans-serif font
 const MIN_LABEL_PX = 7;
+const LINE_EM = 1.3; // a title line's height, in ems (plotly.js spaces lines so)
+const TITLE_TOP_PX = 8; // a wrapped title's first line, from the figure's top
 const fittedTraces = new WeakMap(); // trace -> {width, trace}: a redraw keeps the same objects
 
 function plain(text) {
@@ -98,8 +100,8 @@ function fit(figure, width) {
   const fitted = { ...layout };
   const fontPx = layout.font?.size ?? 12;
   const titlePx = layout.title?.font?.size ?? fontPx * 1.45; // plotly's title, a size up
-  const above = wrapTitle(fitted, "title", width - 20, titlePx) * titlePx * 1.3;
-  if (above) fitted.title = { ...fitted.title, automargin: true, yref: "paper" }; // clear the plot
+  const added = wrapTitle(fitted, "title", width - 20, titlePx);
+  const above = added * titlePx * LINE_EM;
   let below = 0;
   for (const axis of Object.keys(layout).filter((k) => /^xaxis\d*$/.test(k))) {
     fitted[axis] = { ...layout[axis] };
@@ -108,6 +110,15 @@ function fit(figure, width) {
   if ((above || below) && layout.height) { // room for the added lines, the plot keeps its size
     fitted.height = layout.height + above + below;
     fitted.margin = { ...margin, t: (margin.t ?? 100) + above, b: (margin.b ?? 80) + below };
+  }
+  if (above && layout.height) {
+    // plotly.js centres a title of several lines on its y whatever its anchor says: put that
+    // centre where the lines hang from the top into the margin grown for them.
+    const title = typeof fitted.title === "string" ? { text: fitted.title } : fitted.title;
+    const lines = title.text.split("<br>").length;
+    const centre = TITLE_TOP_PX + (lines * titlePx * LINE_EM) / 2;
+    fitted.title = { ...title, yref: "container", y: 1 - centre / fitted.height,
+                     yanchor: "middle" };
   }
   return { ...figure, layout: fitted, traces: figure.traces.map((t) => fitLabels(t, plotPx)) };
 }

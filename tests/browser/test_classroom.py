@@ -122,11 +122,15 @@ def test_a_teacher_link_hides_what_it_names(page, app_url: str) -> None:
     assert exceptions(page) == []
 
 
+# Titles that run past their figure's sides or top, or (a figure's title) into its plot area.
 CLIPPED_TITLES_JS = """() => [...document.querySelectorAll('.lab-figure')].flatMap(view => {
   const edge = view.getBoundingClientRect();
+  const plot = view.querySelector('rect.nsewdrag')?.getBoundingClientRect();
   return [...view.querySelectorAll('text.gtitle, text.xtitle')].filter(t => {
     const box = t.getBoundingClientRect();
-    return box.width > 0 && (box.left < edge.left - 1 || box.right > edge.right + 1);
+    const intoPlot = plot && t.classList.contains('gtitle') && box.bottom > plot.top + 1;
+    return box.width > 0 && (box.left < edge.left - 1 || box.right > edge.right + 1 ||
+                             box.top < edge.top - 1 || intoPlot);
   }).map(t => t.textContent);
 })"""
 
@@ -134,7 +138,8 @@ CLIPPED_TITLES_JS = """() => [...document.querySelectorAll('.lab-figure')].flatM
 @pytest.mark.parametrize("path", ["block_tables", "attention", "fragmentation"])
 def test_on_a_phone_no_figure_title_runs_off_its_figure(browser, app_url: str, path: str) -> None:
     """At 390x844 the figure view wraps titles and axis titles to the plot's width (plotly
-    never wraps them, and the pool's and the memory map's run past a phone's edge)."""
+    never wraps them, and the pool's and the memory map's run past a phone's edge), and a
+    wrapped title stays above its plot."""
     tab = open_fresh(browser, f"{app_url}/{path}", {"width": 390, "height": 844})
     try:
         tab.wait_for_function("() => document.querySelector('.lab-figure text.gtitle')")
