@@ -31,13 +31,14 @@ from lab.serving.cost_model import CostModel
 from lab.serving.metrics import Summary, series, summarize
 from lab.serving.runs import (
     BLOCK_SIZES,
+    POOL_FRACTIONS,
     IterationAllowance,
     Latencies,
     ReplayTooLong,
     block_size_configs,
     check_work,
     part_progress,
-    pool_size_sweep,
+    pool_size_plan,
     replay,
     sweep_point,
 )
@@ -52,24 +53,6 @@ CHAIN_CHOICES = ("none: it held", "1. less waste", "2. more live sequences",
                  "3. bigger batches", "4. more throughput")
 Requests = tuple[RequestSpec, ...]
 MAX_POINTS = 4_000  # steps of a replay's time series kept per user and drawn
-
-
-def kept(key: str, params: Hashable, compute: Callable[[Callable[[float], None]], Any],
-         label: str) -> Any | None:
-    """compute(progress) once per parameter set, with a progress bar; kept for this user.
-    None, with the reason on the page, when the view's work is refused (ReplayTooLong)."""
-    def make() -> Any:
-        bar = st.progress(0.0, text=label)
-        try:
-            return compute(lambda f: bar.progress(min(1.0, f), text=label))
-        finally:
-            bar.empty()
-
-    try:
-        return per_user(key, params, make)
-    except ReplayTooLong as err:
-        st.error(f"Not run: {err}.", icon=":material/hourglass_top:")
-        return None
 
 
 def runs_kept(key: str, requests: Requests, configs: dict[Hashable, SchedulerConfig],
@@ -345,10 +328,25 @@ def sweeps_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, se
                     "pool, so fewer sequences fit. The best size is where the two meet, for this "
                     "workload.", title="What the block-size sweep charges")
     if st.session_state.get("sched_pool_params") == (requests, cfg, cost, seed):
-        points = kept("sched_pool", (requests, cfg, cost, seed),
-                      lambda pr: pool_size_sweep(requests, cfg, cost, seed, progress=pr),
-                      "Replaying at 5 pool sizes: both allocators, and the paged pool under "
-                      "the other engine…")
+        plan = pool_size_plan(cfg)
+        # Largest pools first: they replay quickest (no preemption storm), so rows come early.
+        configs = {i: plan[i][0] for i in sorted(range(len(plan)), key=lambda i: -plan[i][1])}
+        table = st.empty()
+
+        def show_rows(done: dict) -> None:
+            with table.container():
+                st.caption(f"{len(done)} of {len(plan)} replays done…")
+                st.dataframe([{"pool (blocks)": plan[i][1], "line": plan[i][2],
+                               "throughput tok/s": round(s.throughput_tok_s),
+                               "preemptions": s.preemptions} for i, s in done.items()],
+                             hide_index=True)
+
+        done = runs_kept("sched_pool", requests, configs, cost, seed, summarize,
+                         f"Replaying at {len(POOL_FRACTIONS)} pool sizes: both allocators, "
+                         "and the paged pool under the other engine…", show_rows)
+        table.empty()
+        points = None if done is None else [sweep_point(c, x, done[i], series)
+                                            for i, (c, x, series) in enumerate(plan)]
         if points is not None:
             show_figure(sweep_figure(points, "pool size (blocks)"), key="sched_pool_fig")
             explain("The dotted line is the paged pool under the other engine: vLLM V0 "
