@@ -11,7 +11,7 @@ from ui.layout import explain, page_parts, settings, show_figure, step_caption, 
 from ui.predict import Question, gate, hatched
 from ui.scenario import export_lesson, export_trace, frames, lesson_question, live_badge
 from ui.sidebar import sidebar
-from ui.state import is_classroom, seed
+from ui.state import seed
 from ui.step_controls import step_controls
 from ui.walk_settings import check_walk, walk_settings
 
@@ -113,9 +113,10 @@ def show_step(step: int) -> None:
 
     names = frame.seq_names
     # The longest block table the walk will reach decides the layout, so it holds for every
-    # step. On a projector the tables sit beside the pool, in view with it under the controls.
+    # step. Short tables sit beside the pool, in view with it under the controls (at 1400x900
+    # a third request's row fell below the fold when they came after the logical view).
     widest = max(blocks_for(r.total_len, block_size) for r in frame.requests)
-    tables_beside_pool = is_classroom() and widest <= 6
+    tables_beside_pool = widest <= 6
     with parts.main, hatched(not hidden, "the pool", key="bt_pool"):
         pool_col, table_col = (st.columns([5, 2], vertical_alignment="top")
                                if tables_beside_pool else (st.container(), None))
@@ -127,14 +128,9 @@ def show_step(step: int) -> None:
     with parts.after:
         with hatched(not hidden, "the block tables", key="bt_tables"):
             st.markdown(legend_markdown(frame.snapshot, names), unsafe_allow_html=True)
-            # Tables beside the strip when short, below it when they grow.
-            strip_col, table_col = (st.columns([2, 1]) if widest <= 6 and not tables_beside_pool
-                                    else (st.container(), st.container()))
-            with strip_col:
-                show_figure(view.figures["strip"], key="strip", file_name="token_strip")
-            if not tables_beside_pool:
-                with table_col:
-                    show_figure(view.figures["table"], key="table", file_name="block_table")
+            show_figure(view.figures["strip"], key="strip", file_name="token_strip")
+            if not tables_beside_pool:  # long tables: below the logical view, full width
+                show_figure(view.figures["table"], key="table", file_name="block_table")
         explain("How to read it: **L0, L1, ...** are logical blocks; the number in each "
                 "block-table cell is the physical block that holds it; on the pool, each tile "
                 "is a physical block and its bar shows how many of its slots hold tokens. "
