@@ -168,6 +168,35 @@ function reveal(view) {
   }
 }
 
+function draw(view, data) {
+  view.dataset.pending = "1"; // until drawn: what tests and the UI benchmark wait for
+  return loadPlotly()
+    .then((Plotly) => {
+      const next = view.labNext;
+      if (!next) return null; // a later call already drew the newest figure
+      view.labNext = null;
+      if (view.dataset.failed) { // an earlier try failed and left its message: start clean
+        Plotly.purge(view);
+        view.textContent = "";
+        delete view.dataset.failed;
+      }
+      view.labDrawn = next;
+      const shown = fit(next, view.clientWidth || window.innerWidth);
+      return Plotly.react(view, shown.traces, shown.layout, shown.config).then(() => {
+        view.dataset.drawn = String(Number(view.dataset.drawn ?? 0) + 1);
+        if (!view.labNext) delete view.dataset.pending;
+        if (data.reveal) reveal(view); // what the step changed
+        followWidth(view, Plotly);
+      });
+    })
+    .catch((error) => {
+      delete view.dataset.pending;
+      view.dataset.failed = "1";
+      view.textContent = `The figure could not be drawn: ${error.message}. ` +
+        "Start the app with `make run`, which serves plotly.js from ./static.";
+    });
+}
+
 export default function (component) {
   const { data, parentElement } = component;
   let view = parentElement.querySelector(":scope > .lab-figure");
@@ -199,32 +228,19 @@ export default function (component) {
   view.setAttribute("role", "img");
   view.setAttribute("aria-label", data.alt || "A chart");
   if (data.main) view.dataset.main = "1";
-  view.dataset.pending = "1"; // until drawn: what tests and the UI benchmark wait for
-  loadPlotly()
-    .then((Plotly) => {
-      const next = view.labNext;
-      if (!next) return null; // a later call already drew the newest figure
-      view.labNext = null;
-      if (view.dataset.failed) { // an earlier try failed and left its message: start clean
-        Plotly.purge(view);
-        view.textContent = "";
-        delete view.dataset.failed;
-      }
-      view.labDrawn = next;
-      const shown = fit(next, view.clientWidth || window.innerWidth);
-      return Plotly.react(view, shown.traces, shown.layout, shown.config).then(() => {
-        view.dataset.drawn = String(Number(view.dataset.drawn ?? 0) + 1);
-        if (!view.labNext) delete view.dataset.pending;
-        if (data.reveal) reveal(view); // what the step changed
-        followWidth(view, Plotly);
-      });
-    })
-    .catch((error) => {
-      delete view.dataset.pending;
-      view.dataset.failed = "1";
-      view.textContent = `The figure could not be drawn: ${error.message}. ` +
-        "Start the app with `make run`, which serves plotly.js from ./static.";
-    });
+  // In a closed expander the figure is drawn when the expander opens, not at every step.
+  const folded = view.closest("details:not([open])");
+  if (folded) {
+    view.labOpen ??= () => {
+      if (!folded.open) return;
+      folded.removeEventListener("toggle", view.labOpen);
+      view.labOpen = null;
+      if (view.labNext) draw(view, data);
+    };
+    folded.addEventListener("toggle", view.labOpen);
+  } else {
+    draw(view, data);
+  }
   view.labCleanup ??= () => {
     view.labObserver?.disconnect();
     window.Plotly?.purge(view);
