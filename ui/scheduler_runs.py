@@ -35,6 +35,7 @@ from lab.serving.runs import (
     IterationAllowance,
     Latencies,
     ReplayTooLong,
+    SweepPoint,
     block_size_configs,
     check_work,
     part_progress,
@@ -92,6 +93,32 @@ def runs_kept(key: str, requests: Requests, configs: dict[Hashable, SchedulerCon
     finally:
         bar.empty()
     return done
+
+
+def sweep_runs(key: str, requests: Requests, configs: dict[int, SchedulerConfig],
+               cost: CostModel, seed: int, point: Callable[[int, Summary], SweepPoint],
+               label: str, x_label: str, counted: str) -> list[SweepPoint] | None:
+    """A sweep's replays (`runs_kept`), each made a point by `point(name, summary)`; the points
+    replayed so far stand in a table while the others run ("3 of 9 `counted`…"). The points in
+    order of their names; None when the sweep's work is refused."""
+    table = st.empty()
+
+    def points(done: dict) -> list[SweepPoint]:
+        return [point(name, s) for name, s in sorted(done.items())]
+
+    def show(done: dict) -> None:
+        so_far = points(done)
+        lines = len({p.series for p in so_far}) > 1
+        with table.container():
+            st.caption(f"{len(done)} of {len(configs)} {counted}…")
+            st.dataframe([{x_label: p.x, **({"line": p.series} if lines else {}),
+                           "throughput tok/s": round(p.throughput),
+                           "wasted KV": f"{p.waste_share:.1%}", "preemptions": p.preemptions}
+                          for p in so_far], hide_index=True)
+
+    done = runs_kept(key, requests, configs, cost, seed, summarize, label, show)
+    table.empty()
+    return None if done is None else points(done)
 
 
 def _thin(columns: dict[str, Any], limit: int = MAX_POINTS) -> dict[str, Any]:
@@ -301,24 +328,11 @@ def sweeps_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, se
     if st.session_state.get("sched_bs_params") == (requests, cfg, cost, seed):
         sizes = sorted(BLOCK_SIZES, key=lambda b: abs(b.bit_length() - 5))  # 16 first
         configs = dict(zip(sizes, block_size_configs(cfg, tuple(sizes))))
-        chart = st.empty()
-
-        def show_first(done: dict) -> None:
-            points = sorted((sweep_point(configs[b], b, s) for b, s in done.items()),
-                            key=lambda p: p.x)
-            with chart.container():
-                st.caption(f"{len(points)} of {len(sizes)} block sizes replayed…")
-                st.dataframe([{"block size": p.x, "throughput tok/s": round(p.throughput),
-                               "wasted KV": f"{p.waste_share:.1%}",
-                               "preemptions": p.preemptions} for p in points],
-                             hide_index=True)
-
-        done = runs_kept("sched_bs", requests, configs, cost, seed, summarize,
-                         f"Replaying at {len(sizes)} block sizes…", show_first)
-        chart.empty()
-        if done is not None:
-            points = sorted((sweep_point(configs[b], b, s) for b, s in done.items()),
-                            key=lambda p: p.x)
+        points = sweep_runs("sched_bs", requests, configs, cost, seed,
+                            lambda b, s: sweep_point(configs[b], b, s),
+                            f"Replaying at {len(sizes)} block sizes…", "block size",
+                            "block sizes replayed")
+        if points is not None:
             show_figure(sweep_figure(points, "block size (tokens)"), key="sched_bs_fig")
             explain("Both sides of the guide's tradeoff are priced. Small blocks: the kernel pays "
                     "for every block it visits (a table lookup and a loop turn, charged as 3.2 "
@@ -330,23 +344,14 @@ def sweeps_section(requests: Requests, cfg: SchedulerConfig, cost: CostModel, se
     if st.session_state.get("sched_pool_params") == (requests, cfg, cost, seed):
         plan = pool_size_plan(cfg)
         # Largest pools first: they replay quickest (no preemption storm), so rows come early.
-        configs = {i: plan[i][0] for i in sorted(range(len(plan)), key=lambda i: -plan[i][1])}
-        table = st.empty()
-
-        def show_rows(done: dict) -> None:
-            with table.container():
-                st.caption(f"{len(done)} of {len(plan)} replays done…")
-                st.dataframe([{"pool (blocks)": plan[i][1], "line": plan[i][2],
-                               "throughput tok/s": round(s.throughput_tok_s),
-                               "preemptions": s.preemptions} for i, s in done.items()],
-                             hide_index=True)
-
-        done = runs_kept("sched_pool", requests, configs, cost, seed, summarize,
-                         f"Replaying at {len(POOL_FRACTIONS)} pool sizes: both allocators, "
-                         "and the paged pool under the other engine…", show_rows)
-        table.empty()
-        points = None if done is None else [sweep_point(c, x, done[i], series)
-                                            for i, (c, x, series) in enumerate(plan)]
+        configs = {i: plan[i][0] for i in sorted(range(len(plan)),
+                                                 key=lambda i: -plan[i][0].num_blocks)}
+        points = sweep_runs("sched_pool", requests, configs, cost, seed,
+                            lambda i, s: sweep_point(plan[i][0], plan[i][0].num_blocks, s,
+                                                     plan[i][1]),
+                            f"Replaying at {len(POOL_FRACTIONS)} pool sizes: both allocators, "
+                            "and the paged pool under the other engine…", "pool (blocks)",
+                            "replays done")
         if points is not None:
             show_figure(sweep_figure(points, "pool size (blocks)"), key="sched_pool_fig")
             explain("The dotted line is the paged pool under the other engine: vLLM V0 "

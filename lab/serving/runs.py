@@ -249,17 +249,16 @@ def block_size_sweep(requests, cfg: SchedulerConfig, cost: Cost, seed: int,
 
 
 def pool_size_plan(cfg: SchedulerConfig, fractions: tuple[float, ...] = POOL_FRACTIONS
-                   ) -> list[tuple[SchedulerConfig, int, str]]:
-    """(config, blocks, series) of each replay of the pool-size sweep: both allocators on pools
-    of `fractions` x cfg's blocks under cfg's engine, and the paged pool under the other one
+                   ) -> list[tuple[SchedulerConfig, str]]:
+    """(config, series) of each replay of the pool-size sweep: both allocators on pools of
+    `fractions` x cfg's blocks under cfg's engine, and the paged pool under the other one
     (vLLM V0 preempting by swap beside V1, or V1 beside V0) at that engine's default
     watermark."""
     other = replace(cfg, allocator="paged").as_engine(
         "v0" if cfg.engine == "v1" else "v1", "swap" if cfg.engine == "v1" else None)
     lines = [(replace(cfg, allocator=a), a) for a in ALLOCATORS] + [(other, "paged")]
     return [(base.with_pool(num_blocks=max(1, round(cfg.num_blocks * f))),
-             max(1, round(cfg.num_blocks * f)), f"{allocator}, {engine_name(base)}")
-            for base, allocator in lines for f in fractions]
+             f"{allocator}, {engine_name(base)}") for base, allocator in lines for f in fractions]
 
 
 def engine_name(cfg: SchedulerConfig) -> str:
